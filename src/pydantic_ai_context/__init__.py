@@ -1,0 +1,61 @@
+"""Context-management policies for pydantic-ai agents.
+
+Keep the model's view of a long conversation small, valid and cheap, while the full
+conversation (the canonical log) stays intact for the application.
+"""
+
+from __future__ import annotations
+
+from .budget import ContextBudget, resolve_context_window
+from .errors import ContextBudgetExceeded, ContextError, ContextWarning, HistoryIntegrityError
+from .events import CompactionEvent, EventHandler
+from .integrity import (
+    PairingReport,
+    Repair,
+    ToolPair,
+    analyze_pairs,
+    normalize,
+    normalize_with_repairs,
+    patch_dangling_tool_calls,
+    safe_cut_points,
+    validate_view,
+)
+from .profiles import ContextProfile, available_profiles, profile, register_profile
+from .tokens import HeuristicCounter, TiktokenCounter, TokenCounter
+from .views import CompileContext, Policy, RunSpan, compile_view, conversation_view, current_run, run_spans
+
+__all__ = (
+    'CompactionEvent',
+    'CompileContext',
+    'ContextBudget',
+    'ContextBudgetExceeded',
+    'ContextError',
+    'ContextProfile',
+    'ContextWarning',
+    'EventHandler',
+    'HeuristicCounter',
+    'HistoryIntegrityError',
+    'PairingReport',
+    'Policy',
+    'Repair',
+    'RunSpan',
+    'TiktokenCounter',
+    'TokenCounter',
+    'ToolPair',
+    'analyze_pairs',
+    'available_profiles',
+    'compile_view',
+    'conversation_view',
+    'current_run',
+    'normalize',
+    'normalize_with_repairs',
+    'patch_dangling_tool_calls',
+    'profile',
+    'register_profile',
+    'resolve_context_window',
+    'run_spans',
+    'safe_cut_points',
+    'validate_view',
+)
+
+__version__ = '0.1.0'

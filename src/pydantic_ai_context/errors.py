@@ -1,0 +1,72 @@
+"""Every exception and warning this package raises, in one place."""
+
+from __future__ import annotations
+
+__all__ = (
+    'ContextBudgetExceeded',
+    'ContextError',
+    'ContextWarning',
+    'HistoryIntegrityError',
+)
+
+
+class ContextError(Exception):
+    """Base class of every error raised by `pydantic_ai_context`."""
+
+
+class HistoryIntegrityError(ContextError, ValueError):
+    """A message history is malformed in a way that cannot be repaired safely.
+
+    The message names the index of the offending message and what is wrong with it.
+
+    Example:
+        ```python
+        from pydantic_ai_context import HistoryIntegrityError
+
+        err = HistoryIntegrityError(3, 'expected a ModelRequest or ModelResponse, got str')
+        assert err.index == 3
+        assert 'message 3' in str(err)
+        ```
+    """
+
+    def __init__(self, index: int | None, problem: str) -> None:
+        self.index = index
+        self.problem = problem
+        where = f'message {index}: ' if index is not None else ''
+        super().__init__(f'{where}{problem}')
+
+
+class ContextBudgetExceeded(ContextError):
+    """The fully compacted view still does not fit the context budget.
+
+    Raised instead of sending a request the provider would have to reject.
+
+    Example:
+        ```python
+        from pydantic_ai_context import ContextBudgetExceeded
+
+        err = ContextBudgetExceeded(used=140_000, limit=120_000, detail='newest message alone is 130,000 tokens')
+        assert err.over_by == 20_000
+        ```
+    """
+
+    def __init__(self, used: int, limit: int, *, detail: str = '', policy: str | None = None) -> None:
+        self.used = used
+        self.limit = limit
+        self.detail = detail
+        self.policy = policy
+        message = f'context needs {used:,} tokens but the budget allows {limit:,} (over by {used - limit:,})'
+        if policy:
+            message += f' after {policy}'
+        if detail:
+            message += f': {detail}'
+        super().__init__(message)
+
+    @property
+    def over_by(self) -> int:
+        """How many tokens over the limit the view is."""
+        return self.used - self.limit
+
+
+class ContextWarning(UserWarning):
+    """A degraded but safe mode, e.g. token counting fell back to a heuristic."""

@@ -1,0 +1,606 @@
+"""Tool-call pairing, safe cut points, and the normalizer that keeps every view valid.
+
+A view is valid (DESIGN.md invariants 2 and 7) when it starts with a request, requests and
+responses alternate, it ends with a request, every tool result answers a call in the response
+right before it, and every call in a response that is not the last has its result in the
+request right after it. `normalize` makes any history valid, reporting each repair; it never
+touches the input list or its messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
+
+from . import _parts
+from .errors import HistoryIntegrityError
+
+__all__ = (
+    'PairingReport',
+    'Repair',
+    'RepairKind',
+    'ToolPair',
+    'analyze_pairs',
+    'check_messages',
+    'normalize',
+    'normalize_with_repairs',
+    'patch_dangling_tool_calls',
+    'safe_cut_points',
+    'validate_view',
+)
+
+logger = logging.getLogger('pydantic_ai_context.integrity')
+
+RepairKind = Literal[
+    'orphan_result',
+    'duplicate_call',
+    'duplicate_result',
+    'dangling_call',
+    'empty_message',
+    'merged_requests',
+    'merged_responses',
+    'leading_response',
+    'trailing_response',
+]
+
+INTERRUPTED_NOTE = 'Tool call was not completed: no result was recorded.'
+
+
+@dataclass(frozen=True, kw_only=True)
+class Repair:
+    """One change `normalize` made to a view, and why.
+
+    `index` is the position of the affected message in the *input* history.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ToolReturnPart, UserPromptPart
+
+        from pydantic_ai_context import normalize_with_repairs
+
+        broken = [ModelRequest(parts=[UserPromptPart('hi'), ToolReturnPart('ls', 'x', tool_call_id='gone')])]
+        view, repairs = normalize_with_repairs(broken)
+        assert repairs[0].kind == 'orphan_result' and repairs[0].tool_call_id == 'gone'
+        ```
+    """
+
+    kind: RepairKind
+    """What was wrong."""
+    index: int
+    """Index of the message in the input history."""
+    detail: str
+    """A human-readable account of the repair."""
+    tool_call_id: str | None = None
+    """The tool call concerned, if any."""
+
+    def __str__(self) -> str:
+        return f'message {self.index}: {self.kind}: {self.detail}'
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolPair:
+    """A tool call and the request part that answers it."""
+
+    tool_call_id: str
+    tool_name: str
+    call_index: int
+    """Index of the response holding the call."""
+    result_index: int | None
+    """Index of the request holding the result, None when the call has none."""
+    failed: bool = False
+    """The result reports an error, a retry, a denial or an interruption."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairingReport:
+    """How the tool calls and results of a history pair up (by `tool_call_id`, adjacency-aware).
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, UserPromptPart
+
+        from pydantic_ai_context import analyze_pairs
+
+        history = [
+            ModelRequest(parts=[UserPromptPart('list files')]),
+            ModelResponse(parts=[ToolCallPart('ls', {}, tool_call_id='a'), ToolCallPart('pwd', {}, tool_call_id='b')]),
+            ModelRequest(parts=[ToolReturnPart('ls', 'x.py', tool_call_id='a')]),
+        ]
+        report = analyze_pairs(history)
+        assert [p.tool_call_id for p in report.dangling] == ['b']
+        assert not report.is_valid
+        ```
+    """
+
+    pairs: tuple[ToolPair, ...] = ()
+    """Every call with its result (adjacent), in order."""
+    dangling: tuple[ToolPair, ...] = ()
+    """Calls with no result in the next request (the last response's calls excluded)."""
+    pending: tuple[ToolPair, ...] = ()
+    """Calls in the last message, still waiting for their results."""
+    orphans: tuple[tuple[int, str], ...] = ()
+    """(request index, tool_call_id) of results with no call in the response right before them."""
+    duplicates: tuple[tuple[int, str], ...] = ()
+    """(message index, tool_call_id) of repeated call ids within one response or results within one request."""
+
+    @property
+    def is_valid(self) -> bool:
+        """No orphans, dangling calls or duplicates (pending calls in the last response are fine)."""
+        return not (self.dangling or self.orphans or self.duplicates)
+
+
+def check_messages(messages: Sequence[Any]) -> None:
+    """Raise `HistoryIntegrityError` naming the index of anything that is not a pydantic-ai message."""
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise HistoryIntegrityError(None, f'expected a list of ModelMessage, got {type(messages).__name__}')
+    for i, m in enumerate(messages):
+        if not isinstance(m, ModelRequest | ModelResponse):
+            raise HistoryIntegrityError(
+                i, f'expected a ModelRequest or ModelResponse, got {type(m).__name__}'
+            )
+        if not isinstance(m.parts, Sequence):
+            raise HistoryIntegrityError(i, f'parts must be a sequence, got {type(m.parts).__name__}')
+
+
+def analyze_pairs(messages: Sequence[ModelMessage]) -> PairingReport:
+    """Pair every tool call with its result, by `tool_call_id`, following invariant 2."""
+    check_messages(messages)
+    pairs: list[ToolPair] = []
+    dangling: list[ToolPair] = []
+    pending: list[ToolPair] = []
+    orphans: list[tuple[int, str]] = []
+    duplicates: list[tuple[int, str]] = []
+    last = len(messages) - 1
+    for i, message in enumerate(messages):
+        if isinstance(message, ModelResponse):
+            calls: dict[str, Any] = {}
+            for call in _parts.tool_calls(message):
+                if call.tool_call_id in calls:
+                    duplicates.append((i, call.tool_call_id))
+                else:
+                    calls[call.tool_call_id] = call
+            nxt = messages[i + 1] if i < last else None
+            answered: dict[str, Any] = {}
+            if isinstance(nxt, ModelRequest):
+                for result in _parts.tool_results(nxt):
+                    if result.tool_call_id in calls and result.tool_call_id not in answered:
+                        answered[result.tool_call_id] = result
+            for cid, call in calls.items():
+                result = answered.get(cid)
+                pair = ToolPair(
+                    tool_call_id=cid,
+                    tool_name=call.tool_name,
+                    call_index=i,
+                    result_index=i + 1 if result is not None else None,
+                    failed=result is not None and _parts.is_failed_result(result),
+                )
+                if result is not None:
+                    pairs.append(pair)
+                elif i == last:
+                    pending.append(pair)
+                else:
+                    dangling.append(pair)
+        else:
+            prev = messages[i - 1] if i > 0 else None
+            call_ids = {c.tool_call_id for c in _parts.tool_calls(prev)} if prev is not None else set()
+            seen: set[str] = set()
+            for result in _parts.tool_results(message):
+                cid = result.tool_call_id
+                if cid not in call_ids:
+                    orphans.append((i, cid))
+                elif cid in seen:
+                    duplicates.append((i, cid))
+                seen.add(cid)
+    return PairingReport(
+        pairs=tuple(pairs),
+        dangling=tuple(dangling),
+        pending=tuple(pending),
+        orphans=tuple(orphans),
+        duplicates=tuple(duplicates),
+    )
+
+
+def safe_cut_points(messages: Sequence[ModelMessage]) -> list[int]:
+    """Indices `i` where `messages[:i]` and `messages[i:]` can be separated without splitting a tool pair.
+
+    A call and its result are matched by id (the nearest earlier response holding that id), so
+    the answer is right for broken histories too. `0` and `len(messages)` are always included.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+
+        from pydantic_ai_context import safe_cut_points
+
+        history = [
+            ModelRequest(parts=[UserPromptPart('hi')]),
+            ModelResponse(parts=[ToolCallPart('ls', {}, tool_call_id='a')]),
+            ModelRequest(parts=[ToolReturnPart('ls', 'x.py', tool_call_id='a')]),
+            ModelResponse(parts=[TextPart('done')]),
+        ]
+        assert safe_cut_points(history) == [0, 1, 3, 4]
+        ```
+    """
+    check_messages(messages)
+    n = len(messages)
+    unsafe = [False] * (n + 1)
+    last_call_at: dict[str, int] = {}
+    for j, message in enumerate(messages):
+        if isinstance(message, ModelResponse):
+            for call in _parts.tool_calls(message):
+                last_call_at[call.tool_call_id] = j
+        else:
+            for result in _parts.tool_results(message):
+                k = last_call_at.get(result.tool_call_id)
+                if k is not None:
+                    for i in range(k + 1, j + 1):
+                        unsafe[i] = True
+    return [i for i in range(n + 1) if not unsafe[i]]
+
+
+# --- normalize --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Slot:
+    """A message of the view under construction, with the input indices it came from."""
+
+    message: ModelMessage
+    sources: list[int] = field(default_factory=list)
+
+    @property
+    def index(self) -> int:
+        return self.sources[0] if self.sources else -1
+
+
+def normalize_with_repairs(messages: Sequence[ModelMessage]) -> tuple[list[ModelMessage], list[Repair]]:
+    """Return a valid view of `messages` and the list of repairs that made it so.
+
+    Repairs, each safe for a view (the log keeps everything):
+
+    - empty messages are dropped; consecutive requests (or responses) are merged into one;
+    - leading responses are dropped (a view starts with a request);
+    - results whose call is not in the response right before them are dropped (orphans),
+      as are repeated call ids within one response and repeated results for one call;
+    - calls without a result get a synthetic result saying so (`outcome='interrupted'` on
+      pydantic-ai 2.x), in the next request or, after the last response, in a new request;
+    - a trailing response without calls is left out (a model request must end with a request).
+
+    Raises:
+        HistoryIntegrityError: an element is not a `ModelRequest`/`ModelResponse`.
+    """
+    check_messages(messages)
+    slots = [_Slot(m, [i]) for i, m in enumerate(messages)]
+    repairs: list[Repair] = []
+    # Each pass can expose work for another (dropping an orphan can empty a request, which makes
+    # two responses adjacent); iterate to a fixed point, which also makes normalize idempotent.
+    for _ in range(len(slots) + 2):
+        before = len(repairs)
+        slots = _drop_empty(slots, repairs)
+        slots = _merge_adjacent(slots, repairs)
+        slots = _drop_leading_responses(slots, repairs)
+        slots = _pair(slots, repairs)
+        slots = _end_with_request(slots, repairs)
+        if len(repairs) == before:
+            break
+    for repair in repairs:
+        logger.info('normalize repaired %s', repair)
+    return [s.message for s in slots], repairs
+
+
+def normalize(
+    messages: Sequence[ModelMessage],
+    *,
+    on_repair: Callable[[Repair], None] | None = None,
+) -> list[ModelMessage]:
+    """Return a valid view of `messages` (invariants 2 and 7), repairing what is safe to repair.
+
+    Each repair is logged on the `pydantic_ai_context.integrity` logger and passed to
+    `on_repair`. A valid history comes back equal to the input (as a new list).
+    Usable directly as a history processor.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, UserPromptPart
+
+        from pydantic_ai_context import normalize
+
+        interrupted = [
+            ModelRequest(parts=[UserPromptPart('run the tests')]),
+            ModelResponse(parts=[ToolCallPart('pytest', {}, tool_call_id='t1')]),
+        ]
+        view = normalize(interrupted)
+        assert len(view) == 3 and view[2].parts[0].tool_call_id == 't1'
+        assert len(interrupted) == 2  # the input is never changed
+        ```
+    """
+    view, repairs = normalize_with_repairs(messages)
+    if on_repair is not None:
+        for repair in repairs:
+            on_repair(repair)
+    return view
+
+
+def validate_view(messages: Sequence[ModelMessage]) -> None:
+    """Raise `HistoryIntegrityError` if `messages` is not a valid view (invariants 2 and 7)."""
+    check_messages(messages)
+    if not messages:
+        return
+    if not isinstance(messages[0], ModelRequest):
+        raise HistoryIntegrityError(0, 'a view must start with a ModelRequest')
+    if not isinstance(messages[-1], ModelRequest):
+        raise HistoryIntegrityError(len(messages) - 1, 'a view must end with a ModelRequest')
+    for i in range(1, len(messages)):
+        if type(messages[i]) is type(messages[i - 1]) or (
+            isinstance(messages[i], ModelRequest) == isinstance(messages[i - 1], ModelRequest)
+        ):
+            raise HistoryIntegrityError(i, 'requests and responses must alternate')
+    report = analyze_pairs(messages)
+    if report.orphans:
+        i, cid = report.orphans[0]
+        raise HistoryIntegrityError(i, f'tool result {cid!r} has no call in the response before it')
+    if report.dangling:
+        pair = report.dangling[0]
+        raise HistoryIntegrityError(
+            pair.call_index,
+            f'tool call {pair.tool_call_id!r} ({pair.tool_name}) has no result in the next request',
+        )
+    if report.duplicates:
+        i, cid = report.duplicates[0]
+        raise HistoryIntegrityError(i, f'tool call id {cid!r} is repeated')
+
+
+def _drop_empty(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
+    out: list[_Slot] = []
+    for slot in slots:
+        if not slot.message.parts:
+            kind = 'request' if isinstance(slot.message, ModelRequest) else 'response'
+            repairs.append(Repair(kind='empty_message', index=slot.index, detail=f'empty {kind} left out'))
+        else:
+            out.append(slot)
+    return out
+
+
+def _merge_adjacent(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
+    out: list[_Slot] = []
+    for slot in slots:
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and isinstance(prev.message, ModelRequest)
+            and isinstance(slot.message, ModelRequest)
+        ):
+            merged = dataclasses.replace(
+                prev.message,
+                parts=[*prev.message.parts, *slot.message.parts],
+                instructions=slot.message.instructions or prev.message.instructions,
+            )
+            out[-1] = _Slot(merged, prev.sources + slot.sources)
+            repairs.append(
+                Repair(
+                    kind='merged_requests', index=slot.index, detail='consecutive requests merged into one'
+                )
+            )
+        elif (
+            prev is not None
+            and isinstance(prev.message, ModelResponse)
+            and isinstance(slot.message, ModelResponse)
+        ):
+            merged_response = dataclasses.replace(
+                prev.message, parts=[*prev.message.parts, *slot.message.parts]
+            )
+            out[-1] = _Slot(merged_response, prev.sources + slot.sources)
+            repairs.append(
+                Repair(
+                    kind='merged_responses', index=slot.index, detail='consecutive responses merged into one'
+                )
+            )
+        else:
+            out.append(slot)
+    return out
+
+
+def _drop_leading_responses(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
+    start = 0
+    while start < len(slots) and isinstance(slots[start].message, ModelResponse):
+        repairs.append(
+            Repair(
+                kind='leading_response',
+                index=slots[start].index,
+                detail='a view starts with a request; the response before the first request is left out',
+            )
+        )
+        start += 1
+    return slots[start:]
+
+
+def _pair(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
+    out = list(slots)
+    for i, slot in enumerate(out):
+        message = slot.message
+        if isinstance(message, ModelResponse):
+            seen: set[str] = set()
+            kept: list[Any] = []
+            response_parts: list[Any] = list(message.parts)
+            for part in response_parts:
+                if _parts.is_tool_call(part):
+                    if part.tool_call_id in seen:
+                        repairs.append(
+                            Repair(
+                                kind='duplicate_call',
+                                index=slot.index,
+                                detail=f'repeated call id {part.tool_call_id!r} ({part.tool_name}) left out',
+                                tool_call_id=part.tool_call_id,
+                            )
+                        )
+                        continue
+                    seen.add(part.tool_call_id)
+                kept.append(part)
+            if len(kept) != len(message.parts):
+                out[i] = _Slot(dataclasses.replace(message, parts=kept), slot.sources)
+            continue
+        prev = out[i - 1].message if i > 0 else None
+        calls = {c.tool_call_id: c for c in _parts.tool_calls(prev)} if prev is not None else {}
+        answered: set[str] = set()
+        new_parts: list[Any] = []
+        changed = False
+        request_parts: list[Any] = list(message.parts)
+        for part in request_parts:
+            if _parts.is_tool_result(part):
+                cid = part.tool_call_id
+                if cid not in calls:
+                    repairs.append(
+                        Repair(
+                            kind='orphan_result',
+                            index=slot.index,
+                            detail=f'result for {cid!r} ({getattr(part, "tool_name", None)}) has no call '
+                            'in the response before it; left out of the view',
+                            tool_call_id=cid,
+                        )
+                    )
+                    changed = True
+                    continue
+                if cid in answered:
+                    repairs.append(
+                        Repair(
+                            kind='duplicate_result',
+                            index=slot.index,
+                            detail=f'second result for {cid!r} left out',
+                            tool_call_id=cid,
+                        )
+                    )
+                    changed = True
+                    continue
+                answered.add(cid)
+            new_parts.append(part)
+        missing = [c for cid, c in calls.items() if cid not in answered]
+        if missing:
+            changed = True
+            synthetic = [_synthetic_result(c, INTERRUPTED_NOTE) for c in missing]
+            for c in missing:
+                repairs.append(
+                    Repair(
+                        kind='dangling_call',
+                        index=out[i - 1].index,
+                        detail=f'call {c.tool_call_id!r} ({c.tool_name}) had no result; a synthetic one was added',
+                        tool_call_id=c.tool_call_id,
+                    )
+                )
+            new_parts = synthetic + new_parts
+        if changed:
+            out[i] = _Slot(dataclasses.replace(message, parts=new_parts), slot.sources)
+    return out
+
+
+def _end_with_request(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
+    if not slots or isinstance(slots[-1].message, ModelRequest):
+        return slots
+    last = slots[-1]
+    calls = _parts.tool_calls(last.message)
+    if calls:
+        for c in calls:
+            repairs.append(
+                Repair(
+                    kind='dangling_call',
+                    index=last.index,
+                    detail=f'call {c.tool_call_id!r} ({c.tool_name}) in the last response had no result; '
+                    'a synthetic one was added',
+                    tool_call_id=c.tool_call_id,
+                )
+            )
+        request = ModelRequest(parts=[_synthetic_result(c, INTERRUPTED_NOTE) for c in _unique_calls(calls)])
+        request = _copy_run_ids(request, last.message)
+        return [*slots, _Slot(request, [])]
+    repairs.append(
+        Repair(
+            kind='trailing_response',
+            index=last.index,
+            detail='a view sent to a model ends with a request; the final response is left out of it',
+        )
+    )
+    return slots[:-1]
+
+
+def _unique_calls(calls: list[Any]) -> list[Any]:
+    seen: set[str] = set()
+    out = []
+    for c in calls:
+        if c.tool_call_id not in seen:
+            seen.add(c.tool_call_id)
+            out.append(c)
+    return out
+
+
+def _copy_run_ids(request: ModelRequest, like: ModelMessage) -> ModelRequest:
+    updates = {
+        name: getattr(like, name)
+        for name in ('run_id', 'conversation_id')
+        if hasattr(request, name) and getattr(like, name, None)
+    }
+    return dataclasses.replace(request, **updates) if updates else request
+
+
+def _synthetic_result(call: Any, note: str) -> ToolReturnPart:
+    part = ToolReturnPart(
+        tool_name=call.tool_name,
+        content=note,
+        tool_call_id=call.tool_call_id,
+        metadata={_parts.META_KEY: {'kind': 'synthetic', 'reason': 'dangling_call'}},
+    )
+    if hasattr(part, 'outcome'):
+        part = dataclasses.replace(part, outcome='interrupted')
+    return part
+
+
+def patch_dangling_tool_calls(
+    messages: Sequence[ModelMessage], *, note: str = 'Interrupted by user.'
+) -> list[ModelMessage]:
+    """Give every tool call that has no result a synthetic result carrying `note`.
+
+    For chat loops after an interrupt (Ctrl-C during tool execution): the history can be sent
+    again without the provider rejecting an unanswered call. Unlike `normalize`, this is meant for
+    the canonical log, so it changes nothing else: orphans, merges and a trailing response stay
+    as they are. The input is not mutated.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, UserPromptPart
+
+        from pydantic_ai_context import patch_dangling_tool_calls
+
+        history = [
+            ModelRequest(parts=[UserPromptPart('deploy')]),
+            ModelResponse(parts=[ToolCallPart('deploy', {'env': 'prod'}, tool_call_id='d1')]),
+        ]
+        patched = patch_dangling_tool_calls(history)
+        assert patched[-1].parts[0].content == 'Interrupted by user.'
+        ```
+    """
+    check_messages(messages)
+    out: list[ModelMessage] = []
+    n = len(messages)
+    i = 0
+    while i < n:
+        message = messages[i]
+        out.append(message)
+        calls = _unique_calls(_parts.tool_calls(message))
+        if calls:
+            nxt = messages[i + 1] if i + 1 < n else None
+            if isinstance(nxt, ModelRequest):
+                answered = {r.tool_call_id for r in _parts.tool_results(nxt)}
+                missing = [c for c in calls if c.tool_call_id not in answered]
+                if missing:
+                    patched = [_synthetic_result(c, note) for c in missing]
+                    out.append(dataclasses.replace(nxt, parts=[*patched, *nxt.parts]))
+                    i += 2
+                    continue
+            else:
+                request = ModelRequest(parts=[_synthetic_result(c, note) for c in calls])
+                out.append(_copy_run_ids(request, message))
+        i += 1
+    return out

@@ -1,0 +1,339 @@
+"""Run boundaries, the clean conversation view, and the pipeline that compiles a reasoning view.
+
+The canonical log is every message of every run. A *run* is one `agent.run(...)`: it starts
+with the request holding the user's prompt and ends with the final answer. pydantic-ai 2.x
+stamps `run_id` on each message; for histories without it (pydantic-ai 1.x before stamping,
+hand-built or converted logs) a run starts at each request that holds a user prompt and no tool
+results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    UserPromptPart,
+)
+
+from . import _parts
+from .budget import ContextBudget
+from .events import CompactionEvent
+from .integrity import Repair, check_messages, normalize_with_repairs
+from .tokens import TokenCounter
+
+__all__ = (
+    'CompileContext',
+    'Policy',
+    'RunSpan',
+    'Step',
+    'compile_view',
+    'conversation_view',
+    'current_run',
+    'run_spans',
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpan:
+    """The messages of one agent run: `messages[start:end]`.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+        from pydantic_ai_context import run_spans
+
+        log = [
+            ModelRequest(parts=[UserPromptPart('hi')]),
+            ModelResponse(parts=[TextPart('hello')]),
+            ModelRequest(parts=[UserPromptPart('bye')]),
+        ]
+        assert [(s.start, s.end) for s in run_spans(log)] == [(0, 2), (2, 3)]
+        ```
+    """
+
+    start: int
+    end: int
+    run_id: str | None = None
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def __contains__(self, index: object) -> bool:
+        return isinstance(index, int) and self.start <= index < self.end
+
+
+def _starts_run(message: ModelMessage) -> bool:
+    return _parts.has_user_prompt(message) and not _parts.tool_results(message)
+
+
+def run_spans(messages: Sequence[ModelMessage]) -> list[RunSpan]:
+    """Split a log into runs, by `run_id` where every request carries one, else by user prompts.
+
+    Messages before the first boundary (e.g. a leading system-prompt-only request) belong to the
+    first run. An empty log has no runs.
+    """
+    check_messages(messages)
+    if not messages:
+        return []
+    requests = [m for m in messages if isinstance(m, ModelRequest)]
+    if requests and all(getattr(m, 'run_id', None) for m in requests):
+        return _spans_by_run_id(messages)
+    starts = [i for i, m in enumerate(messages) if i == 0 or _starts_run(m)]
+    ends = [*starts[1:], len(messages)]
+    return [RunSpan(start=s, end=e) for s, e in zip(starts, ends, strict=True)]
+
+
+def _spans_by_run_id(messages: Sequence[ModelMessage]) -> list[RunSpan]:
+    spans: list[RunSpan] = []
+    start = 0
+    current: str | None = getattr(messages[0], 'run_id', None)
+    for i, message in enumerate(messages):
+        rid = getattr(message, 'run_id', None)
+        # Responses without a run id (e.g. built by hand) stay with the run around them.
+        if rid is not None and current is not None and rid != current:
+            spans.append(RunSpan(start=start, end=i, run_id=current))
+            start = i
+        if rid is not None:
+            current = rid
+    spans.append(RunSpan(start=start, end=len(messages), run_id=current))
+    return spans
+
+
+def current_run(messages: Sequence[ModelMessage], *, run_id: str | None = None) -> RunSpan | None:
+    """The span of the run in progress: the one with `run_id` if given and present, else the last one."""
+    spans = run_spans(messages)
+    if not spans:
+        return None
+    if run_id is not None:
+        for span in reversed(spans):
+            if span.run_id == run_id:
+                return span
+    return spans[-1]
+
+
+def conversation_view(
+    messages: Sequence[ModelMessage], *, include_system_prompt: bool = True
+) -> list[ModelMessage]:
+    """The clean user ↔ assistant thread: each run's user prompt and its final answer.
+
+    No tool calls, tool results, retries or thinking. For chat UIs and storage. System prompt
+    parts of the first request are kept unless `include_system_prompt=False`. A run with no text
+    answer (interrupted, or ended by an output tool) contributes only its prompt.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+
+        from pydantic_ai_context import conversation_view
+
+        log = [
+            ModelRequest(parts=[UserPromptPart('how many files?')]),
+            ModelResponse(parts=[ToolCallPart('ls', {}, tool_call_id='a')]),
+            ModelRequest(parts=[ToolReturnPart('ls', 'a.py b.py', tool_call_id='a')]),
+            ModelResponse(parts=[TextPart('Two.')]),
+        ]
+        clean = conversation_view(log)
+        assert [type(m).__name__ for m in clean] == ['ModelRequest', 'ModelResponse']
+        assert clean[1].parts[0].content == 'Two.'
+        ```
+    """
+    out: list[ModelMessage] = []
+    for n, span in enumerate(run_spans(messages)):
+        prompt_parts = []
+        first_request: ModelRequest | None = None
+        for message in messages[span.start : span.end]:
+            if not isinstance(message, ModelRequest):
+                continue
+            for part in message.parts:
+                if isinstance(part, UserPromptPart) or (
+                    include_system_prompt and n == 0 and isinstance(part, SystemPromptPart)
+                ):
+                    prompt_parts.append(part)
+                    first_request = first_request or message
+            if any(isinstance(p, UserPromptPart) for p in prompt_parts):
+                break
+        if first_request is not None and prompt_parts:
+            out.append(dataclasses.replace(first_request, parts=prompt_parts))
+        answer = _final_answer(messages[span.start : span.end])
+        if answer is not None:
+            if out and isinstance(out[-1], ModelResponse):
+                continue
+            out.append(answer)
+    return out
+
+
+def _final_answer(run: Sequence[ModelMessage]) -> ModelResponse | None:
+    for message in reversed(run):
+        if isinstance(message, ModelResponse):
+            texts = [p for p in message.parts if isinstance(p, TextPart) and p.content]
+            if texts:
+                return dataclasses.replace(message, parts=texts)
+    return None
+
+
+# --- the reasoning-view pipeline --------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class CompileContext:
+    """What a policy may know while compiling one view, beyond the messages themselves.
+
+    The profile builds one per compile; a policy used on its own gets a default one. Policies
+    read it and never keep it: the view must be a function of the log, the budget and cached
+    summaries alone.
+
+    Example:
+        ```python
+        from pydantic_ai_context import CompileContext, ContextBudget, HeuristicCounter
+
+        context = CompileContext(counter=HeuristicCounter(), budget=ContextBudget(context_window=32_000))
+        assert context.budget is not None and context.budget.limit < 32_000
+        ```
+    """
+
+    counter: TokenCounter
+    """Counts tokens of text and messages."""
+    budget: ContextBudget | None = None
+    """The budget of this request, if one is known."""
+    run_id: str | None = None
+    """The id of the run in progress (pydantic-ai 2.x), to tell the current run from finished ones."""
+    run_context: Any = None
+    """The pydantic-ai `RunContext` when compiling inside a run."""
+    model: Any = None
+    """The run's model, for policies that call one (the summariser)."""
+    log: Sequence[ModelMessage] = ()
+    """The canonical log this view is compiled from."""
+    _notes: list[str] = dataclasses.field(default_factory=list[str], repr=False)
+    _details: dict[str, Any] = dataclasses.field(default_factory=dict[str, Any], repr=False)
+
+    def note(self, reason: str, **details: Any) -> None:
+        """Record why the current step acted; it becomes the reason of its `CompactionEvent`."""
+        self._notes.append(reason)
+        self._details.update(details)
+
+    def _take_notes(self) -> tuple[str, dict[str, Any]]:
+        reason = '; '.join(self._notes)
+        details = dict(self._details)
+        self._notes.clear()
+        self._details.clear()
+        return reason, details
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A step of a profile: a named transform of the view that may read the compile context.
+
+    Every policy in this package is also a plain pydantic-ai history processor
+    (`policy(messages)`); inside a profile the profile calls `apply` with its context.
+    """
+
+    name: str
+
+    def apply(
+        self, messages: list[ModelMessage], context: CompileContext
+    ) -> list[ModelMessage] | Awaitable[list[ModelMessage]]: ...
+
+
+Step: TypeAlias = Policy | Callable[..., Any]
+"""A profile step: a `Policy`, or any pydantic-ai history processor (sync or async, with or without `ctx`)."""
+
+
+def step_name(step: Step) -> str:
+    name = getattr(step, 'name', None)
+    if isinstance(name, str):
+        return name
+    return getattr(step, '__name__', type(step).__name__)
+
+
+async def run_step(step: Step, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
+    """Run one step on a copy of the view list, whatever its shape."""
+    if isinstance(step, Policy):
+        result = step.apply(list(messages), context)
+    elif _takes_run_context(step):
+        result = step(context.run_context, list(messages))
+    else:
+        result = step(list(messages))
+    if inspect.isawaitable(result):
+        result = await result
+    return list(result)
+
+
+def _takes_run_context(step: Callable[..., Any]) -> bool:
+    try:
+        params = list(inspect.signature(step).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2
+
+
+async def compile_view(
+    messages: Sequence[ModelMessage],
+    steps: Sequence[Step],
+    context: CompileContext,
+    *,
+    on_event: Callable[[CompactionEvent], Awaitable[None]] | None = None,
+    count_tokens: bool = False,
+) -> list[ModelMessage]:
+    """Compile the reasoning view: normalize, then each step, normalizing after every step.
+
+    The input is never mutated; messages a step leaves alone are the same objects in the view.
+    `on_event` receives a `CompactionEvent` for every step that changed the view (and for the
+    initial normalize when it repaired anything); tokens are counted for events only when
+    `count_tokens` is set.
+    """
+    check_messages(messages)
+    original = list(messages)
+    view, repairs = normalize_with_repairs(original)
+    if on_event is not None and repairs:
+        await on_event(
+            _event('normalize', 'repaired the input', original, view, repairs, {}, context, count_tokens)
+        )
+    for step in steps:
+        before = view
+        out = await run_step(step, before, context)
+        reason, details = context._take_notes()
+        out, repairs = normalize_with_repairs(out)
+        if on_event is not None and _changed(before, out):
+            await on_event(
+                _event(step_name(step), reason, before, out, repairs, details, context, count_tokens)
+            )
+        view = out
+    return view
+
+
+def _changed(before: Sequence[ModelMessage], after: Sequence[ModelMessage]) -> bool:
+    return len(before) != len(after) or any(a is not b for a, b in zip(before, after, strict=True))
+
+
+def _event(
+    policy: str,
+    reason: str,
+    before: Sequence[ModelMessage],
+    after: Sequence[ModelMessage],
+    repairs: Sequence[Repair],
+    details: dict[str, Any],
+    context: CompileContext,
+    count_tokens: bool,
+) -> CompactionEvent:
+    return CompactionEvent(
+        policy=policy,
+        reason=reason,
+        messages_before=len(before),
+        messages_after=len(after),
+        tokens_before=context.counter.count_messages(before) if count_tokens else None,
+        tokens_after=context.counter.count_messages(after) if count_tokens else None,
+        repairs=tuple(repairs),
+        details=details,
+        run_id=context.run_id,
+    )

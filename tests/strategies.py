@@ -1,0 +1,180 @@
+"""Hypothesis strategies generating pydantic-ai histories, well-formed and broken."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+from hypothesis import strategies as st
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+TOOLS = ('read_file', 'execute_bash', 'str_replace_editor', 'grep', 'think', 'browser_get_state')
+PATHS = ('src/app/models.py', 'tests/test_models.py', 'README.md', 'lib/util.js', 'pkg/core/io.go')
+
+texts = st.text(alphabet=st.characters(codec='utf-8', exclude_categories=['Cs']), max_size=40)
+
+
+@st.composite
+def tool_output(draw: st.DrawFn) -> Any:
+    kind = draw(st.sampled_from(['short', 'long', 'error', 'dict', 'list']))
+    if kind == 'short':
+        return draw(texts)
+    if kind == 'long':
+        n = draw(st.integers(20, 400))
+        path = draw(st.sampled_from(PATHS))
+        return '\n'.join(f'{path}:{i}: some output line {i}' for i in range(n))
+    if kind == 'error':
+        return (
+            f'Traceback (most recent call last):\n  File "{draw(st.sampled_from(PATHS))}"\nValueError: boom'
+        )
+    if kind == 'dict':
+        return {
+            'exit_code': draw(st.integers(0, 2)),
+            'stdout': draw(texts),
+            'path': draw(st.sampled_from(PATHS)),
+        }
+    return [draw(texts) for _ in range(draw(st.integers(0, 3)))]
+
+
+@st.composite
+def tool_args(draw: st.DrawFn, name: str) -> Any:
+    path = draw(st.sampled_from(PATHS))
+    if name == 'execute_bash':
+        return {'command': f'pytest {path}'}
+    if name == 'str_replace_editor':
+        command = draw(st.sampled_from(['view', 'str_replace', 'create']))
+        return {'command': command, 'path': path, 'new_str': draw(texts)}
+    if name == 'think':
+        return {'thought': draw(texts)}
+    if draw(st.booleans()):
+        return {'path': path}
+    return f'{{"path": "{path}"}}'
+
+
+def _retry_part(name: str, call_id: str, content: str) -> Any:
+    part = ToolReturnPart(name, content, tool_call_id=call_id)
+    if hasattr(part, 'outcome'):
+        return dataclasses.replace(part, outcome='retried')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        return RetryPromptPart(content, tool_name=name, tool_call_id=call_id)
+
+
+@st.composite
+def histories(
+    draw: st.DrawFn, *, max_runs: int = 3, max_steps: int = 6, in_progress: bool | None = None
+) -> list[ModelMessage]:
+    """A well-formed log: runs of user prompt, tool steps (parallel calls, retries, thinking), answers.
+
+    When `in_progress` (default: drawn), the last run stops at a request with tool results,
+    as a view looks right before a model request inside a run.
+    """
+    stamp = draw(st.booleans())
+    n_runs = draw(st.integers(1, max_runs))
+    last_in_progress = draw(st.booleans()) if in_progress is None else in_progress
+    counter = 0
+    messages: list[ModelMessage] = []
+    for run in range(n_runs):
+        rid = {'run_id': f'run-{run}'} if stamp else {}
+        parts: list[Any] = []
+        if run == 0 and draw(st.booleans()):
+            parts.append(SystemPromptPart('You are a careful coding agent.'))
+        parts.append(UserPromptPart(f'task {run}: ' + draw(texts)))
+        meta = {'pinned': True} if draw(st.integers(0, 9)) == 0 else None
+        messages.append(ModelRequest(parts=parts, metadata=meta, **rid))
+        for _ in range(draw(st.integers(0, max_steps))):
+            calls = []
+            for _ in range(draw(st.integers(1, 3))):
+                counter += 1
+                name = draw(st.sampled_from(TOOLS))
+                calls.append(ToolCallPart(name, draw(tool_args(name)), tool_call_id=f'c{counter}'))
+            head: list[Any] = []
+            if draw(st.booleans()):
+                head.append(ThinkingPart(draw(texts)))
+            if draw(st.booleans()):
+                head.append(TextPart('Let me look. ' + draw(texts)))
+            messages.append(ModelResponse(parts=[*head, *calls], **rid))
+            results = []
+            for call in calls:
+                if draw(st.integers(0, 7)) == 0:
+                    results.append(_retry_part(call.tool_name, call.tool_call_id, 'bad arguments, try again'))
+                else:
+                    results.append(
+                        ToolReturnPart(call.tool_name, draw(tool_output()), tool_call_id=call.tool_call_id)
+                    )
+            messages.append(ModelRequest(parts=results, **rid))
+        if run == n_runs - 1 and last_in_progress and isinstance(messages[-1], ModelRequest):
+            break
+        messages.append(ModelResponse(parts=[TextPart(f'answer {run}: ' + draw(texts))], **rid))
+    return messages
+
+
+@st.composite
+def broken_histories(draw: st.DrawFn) -> list[ModelMessage]:
+    """A log with one to three defects: orphans, dangling calls, duplicate ids, adjacent requests..."""
+    messages = list(draw(histories()))
+    for _ in range(draw(st.integers(1, 3))):
+        defect = draw(
+            st.sampled_from(
+                [
+                    'drop_message',
+                    'drop_result',
+                    'dup_call',
+                    'extra_request',
+                    'lead_response',
+                    'orphan',
+                    'empty',
+                    'swap',
+                ]
+            )
+        )
+        messages = _apply(defect, messages, draw)
+    return messages
+
+
+def _apply(defect: str, messages: list[ModelMessage], draw: st.DrawFn) -> list[ModelMessage]:
+    if defect == 'empty':
+        return [] if draw(st.integers(0, 4)) == 0 else [*messages, ModelRequest(parts=[])]
+    if not messages:
+        return messages
+    i = draw(st.integers(0, len(messages) - 1))
+    m = messages[i]
+    if defect == 'drop_message':
+        return messages[:i] + messages[i + 1 :]
+    if defect == 'swap' and i + 1 < len(messages):
+        return [*messages[:i], messages[i + 1], m, *messages[i + 2 :]]
+    if defect == 'drop_result' and isinstance(m, ModelRequest) and len(m.parts) > 0:
+        j = draw(st.integers(0, len(m.parts) - 1))
+        return [
+            *messages[:i],
+            dataclasses.replace(m, parts=[p for k, p in enumerate(m.parts) if k != j]),
+            *messages[i + 1 :],
+        ]
+    if defect == 'dup_call' and isinstance(m, ModelResponse):
+        calls = [p for p in m.parts if isinstance(p, ToolCallPart)]
+        if calls:
+            return [*messages[:i], dataclasses.replace(m, parts=[*m.parts, calls[0]]), *messages[i + 1 :]]
+    if defect == 'extra_request':
+        return [*messages[:i], ModelRequest(parts=[UserPromptPart('and also this')]), *messages[i:]]
+    if defect == 'lead_response':
+        return [ModelResponse(parts=[TextPart('stray')]), *messages]
+    if defect == 'orphan':
+        orphan = ToolReturnPart('grep', 'no call for me', tool_call_id='orphan-1')
+        if isinstance(m, ModelRequest):
+            return [*messages[:i], dataclasses.replace(m, parts=[*m.parts, orphan]), *messages[i + 1 :]]
+    return messages
+
+
+any_histories = st.one_of(histories(), broken_histories())

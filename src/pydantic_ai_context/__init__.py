@@ -6,6 +6,7 @@ conversation (the canonical log) stays intact for the application.
 
 from __future__ import annotations
 
+from . import presets as _presets  # noqa: F401  (registers the presets)
 from .budget import ContextBudget, resolve_context_window
 from .errors import ContextBudgetExceeded, ContextError, ContextWarning, HistoryIntegrityError
 from .events import CompactionEvent, EventHandler

@@ -277,7 +277,7 @@ def _own_settings(factory: PresetFactory) -> frozenset[str]:
     return frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY) - _COMMON
 
 
-def _split(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Separate the common settings (as `ContextProfile` fields) from a preset's own."""
     common = {k: v for k, v in settings.items() if k in _COMMON}
     own = {k: v for k, v in settings.items() if k not in _COMMON}
@@ -285,12 +285,3 @@ def _split(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     if handlers is not None:
         common['event_handlers'] = (handlers,) if callable(handlers) else tuple(handlers)
     return common, own
-
-
-def _transparent(**settings: Any) -> ContextProfile:
-    """Normalize only: repairs broken histories, changes nothing else."""
-    common, own = _split(settings)
-    return ContextProfile(name='transparent', steps=(), settings=own, **common)
-
-
-register_profile('transparent', _transparent)

@@ -10,7 +10,6 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
-    RequestUsage,
     SystemPromptPart,
     TextPart,
     ThinkingPart,
@@ -18,6 +17,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.usage import RequestUsage
 
 _ids = itertools.count()
 

@@ -275,6 +275,8 @@ def normalize_with_repairs(messages: Sequence[ModelMessage]) -> tuple[list[Model
         HistoryIntegrityError: an element is not a `ModelRequest`/`ModelResponse`.
     """
     check_messages(messages)
+    if _already_valid(messages):
+        return list(messages), []
     slots = [_Slot(m, [i]) for i, m in enumerate(messages)]
     repairs: list[Repair] = []
     # Each pass can expose work for another (dropping an orphan can empty a request, which makes
@@ -324,6 +326,40 @@ def normalize(
         for repair in repairs:
             on_repair(repair)
     return view
+
+
+def _already_valid(messages: Sequence[ModelMessage]) -> bool:
+    """One cheap pass answering "would normalize change anything?" (the common case: no)."""
+    if not messages:
+        return True
+    expect_request = True
+    calls: set[str] = set()
+    for message in messages:
+        parts = message.parts
+        if not parts or isinstance(message, ModelRequest) is not expect_request:
+            return False
+        if expect_request:
+            answered: set[str] = set()
+            for part in parts:
+                if _parts.is_tool_result(part):
+                    cid = part.tool_call_id
+                    if cid not in calls or cid in answered:
+                        return False
+                    answered.add(cid)
+            if len(answered) != len(calls):
+                return False
+            calls = set()
+        else:
+            n_calls = 0
+            for part in parts:
+                if _parts.is_tool_call(part):
+                    calls.add(part.tool_call_id)
+                    n_calls += 1
+            if n_calls != len(calls):
+                return False
+        expect_request = not expect_request
+    # A valid view ends with a request: after it we expect a response.
+    return not expect_request
 
 
 def validate_view(messages: Sequence[ModelMessage]) -> None:

@@ -1,0 +1,351 @@
+"""Replay recorded agent runs through every profile and compare cost and fact retention with no compaction.
+
+Usage: `python bench/replay.py [FILE_OR_DIR ...] [--window 128000 --window 32000] [--profile NAME ...]
+[--transparent] [--no-harness] [--json OUT]`
+
+Default input: every `*.json` in `../shared/trajectories/` (relative to the repository root).
+Each file is replayed through `none` (the input as is), every preset of `available_profiles()`
+except `transparent` (add it with `--transparent`), and, when `pydantic_ai_harness` is importable
+(the `bench` extra; never a runtime dependency), two of its zero-LLM configurations at settings
+comparable to the presets:
+
+- `harness_clear`: `ClearToolResults(max_tokens=T, keep_pairs=10)`;
+- `harness_tiered`: `TieredCompaction([DeduplicateFileReads(), ClearToolResults(keep_pairs=10),
+  SlidingWindowCompaction(keep_tokens=T // 2)], target_tokens=T)`;
+
+where `T = 0.75 x (window - 4,096)`: the presets' default soft threshold (0.75) of the tokens left
+after their default `reserved_output` (4,096), measured with the same tiktoken tokenizer; keeping the
+last 10 tool results follows the published observation-masking setting (last 10 observations).
+Harness strategies rewrite the run's history (their edits persist), so their adapter carries its
+compacted history from one request to the next, as a real run would.
+
+Numbers per file and window: input tokens, cache-weighted cost (uncached x1.0, cached x0.1,
+summariser input x1.0 and output x4.0), its ratio to `none`, peak view tokens, requests over the
+window, fact retention, needed-fact retention, median compile ms. Then the geometric mean of the
+ratios to `none` across files, per profile and window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage, ToolCallPart
+from rich.console import Console
+from rich.table import Table
+
+from pydantic_ai_context import TiktokenCounter, available_profiles, profile
+from pydantic_ai_context.replay import (
+    FactIndex,
+    ReplayResult,
+    ViewCompiler,
+    geometric_mean,
+    load_histories,
+    replay,
+)
+
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / '..' / 'shared' / 'trajectories'
+WINDOWS = (128_000, 32_000)
+RESERVED_OUTPUT = 4_096
+SOFT_THRESHOLD = 0.75
+KEEP_PAIRS = 10
+
+
+# --- pydantic-ai-harness, driven offline ------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class HarnessStrategy:
+    """A pydantic-ai-harness compaction capability replayed outside an agent run.
+
+    Each compile calls the capability's `before_model_request` with a `RunContext` whose
+    `messages` is the history the harness left after the previous request plus the new messages;
+    what the capability writes back into `ctx.messages` becomes the history for the next request.
+    """
+
+    name: str
+    capability: Any
+    _history: list[ModelMessage] = field(default_factory=list[ModelMessage])
+    _seen: int = 0
+
+    async def compile(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+        from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
+        from pydantic_ai.models.test import TestModel
+        from pydantic_ai.tools import RunContext
+        from pydantic_ai.usage import RunUsage
+
+        history = [*self._history, *messages[self._seen :]]
+        model = TestModel()
+        ctx: RunContext[None] = RunContext(deps=None, model=model, usage=RunUsage(), messages=history)
+        request = ModelRequestContext(
+            model=model,
+            messages=list(history),
+            model_settings=None,
+            model_request_parameters=ModelRequestParameters(),
+        )
+        sent = await self.capability.before_model_request(ctx, request)
+        self._history = list(ctx.messages)
+        self._seen = len(messages)
+        return list(sent.messages)
+
+
+def file_read_key(call: ToolCallPart) -> str | None:
+    """The file a call reads, for `DeduplicateFileReads` (which has no default): editor views,
+    `read_file`-style tools, and a plain `cat FILE` in a shell tool."""
+    args = call.args_as_dict()
+    if call.tool_name in {'str_replace_editor', 'file_editor'}:
+        return str(args['path']) if args.get('command') == 'view' and args.get('path') else None
+    if call.tool_name in {'read_file', 'view', 'cat', 'open'}:
+        path = args.get('path') or args.get('file') or args.get('file_path')
+        return str(path) if path else None
+    command = args.get('command')
+    if call.tool_name in {'bash', 'execute_bash', 'shell'} and isinstance(command, str):
+        words = command.strip().split()
+        if len(words) == 2 and words[0] == 'cat':
+            return words[1]
+    return None
+
+
+def harness_factories(window: int, tokenizer: Callable[[str], int]) -> dict[str, Callable[[], ViewCompiler]]:
+    """Fresh harness strategies for one replay at `window`, or none when the harness is not installed."""
+    try:
+        from pydantic_ai_harness.compaction import (
+            ClearToolResults,
+            DeduplicateFileReads,
+            SlidingWindowCompaction,
+            TieredCompaction,
+        )
+    except ImportError:
+        return {}
+    target = int(SOFT_THRESHOLD * (window - RESERVED_OUTPUT))
+    file_key = file_read_key
+
+    def clear() -> ViewCompiler:
+        capability = ClearToolResults[None](max_tokens=target, keep_pairs=KEEP_PAIRS, tokenizer=tokenizer)
+        return HarnessStrategy(name='harness_clear', capability=capability)
+
+    def tiered() -> ViewCompiler:
+        capability = TieredCompaction[None](
+            tiers=[
+                DeduplicateFileReads[None](file_key=file_key, tokenizer=tokenizer),
+                ClearToolResults[None](max_tokens=1, keep_pairs=KEEP_PAIRS, tokenizer=tokenizer),
+                SlidingWindowCompaction[None](max_tokens=1, keep_tokens=target // 2, tokenizer=tokenizer),
+            ],
+            target_tokens=target,
+            tokenizer=tokenizer,
+        )
+        return HarnessStrategy(name='harness_tiered', capability=capability)
+
+    return {'harness_clear': clear, 'harness_tiered': tiered}
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+def input_files(paths: Sequence[str]) -> list[Path]:
+    found: list[Path] = []
+    for raw in paths or [str(DEFAULT_DIR)]:
+        path = Path(raw)
+        found.extend(sorted(path.glob('*.json')) if path.is_dir() else [path])
+    return found
+
+
+async def replay_file(
+    log: list[ModelMessage],
+    *,
+    windows: Sequence[int],
+    profiles: Sequence[str],
+    harness: bool,
+    counter: TiktokenCounter,
+    cache_read_price: float,
+) -> dict[int, dict[str, ReplayResult]]:
+    facts = FactIndex.build(log)
+    out: dict[int, dict[str, ReplayResult]] = {}
+    for window in windows:
+        compilers: dict[str, Callable[[], ViewCompiler | None]] = {'none': lambda: None}
+        for name in profiles:
+            compilers[name] = functools.partial(profile, name, context_window=window, counter=counter)
+        if harness:
+            compilers.update(harness_factories(window, counter.count_text))
+        results: dict[str, ReplayResult] = {}
+        for label, make in compilers.items():
+            results[label] = await replay(
+                log,
+                make(),
+                context_window=window,
+                counter=counter,
+                cache_read_price=cache_read_price,
+                facts=facts,
+                label=label,
+            )
+        out[window] = results
+    return out
+
+
+# --- rendering --------------------------------------------------------------------------------
+
+
+def _pct(value: float) -> str:
+    return f'{value:.1%}'
+
+
+def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
+    base = results['none']
+    table = Table(title=title, title_justify='left')
+    for column in ('profile', 'input tok', 'cost', 'ratio', 'peak', 'over', 'facts', 'needed', 'ms (med)'):
+        table.add_column(column, justify='left' if column == 'profile' else 'right')
+    for label, result in results.items():
+        table.add_row(
+            label,
+            f'{result.input_tokens:,}',
+            f'{result.cost:,.0f}',
+            f'{result.ratio_to(base):.3f}',
+            f'{result.peak_view_tokens:,}',
+            f'{result.requests_over_window}' + (f' ({result.errors} err)' if result.errors else ''),
+            _pct(result.fact_retention),
+            _pct(result.needed_fact_retention),
+            f'{result.compile_ms_median:.2f}',
+        )
+    return table
+
+
+def summary_rows(all_results: dict[str, dict[int, dict[str, ReplayResult]]]) -> list[dict[str, Any]]:
+    """Per window and profile: geometric means of the ratios to `none` across files, mean retentions."""
+    rows: list[dict[str, Any]] = []
+    windows = sorted({w for per_file in all_results.values() for w in per_file}, reverse=True)
+    for window in windows:
+        per_window = [per_file[window] for per_file in all_results.values() if window in per_file]
+        labels = list(dict.fromkeys(label for results in per_window for label in results))
+        for label in labels:
+            pairs = [(r[label], r['none']) for r in per_window if label in r]
+            rows.append(
+                {
+                    'window': window,
+                    'profile': label,
+                    'files': len(pairs),
+                    'cost_ratio': geometric_mean(res.ratio_to(base) for res, base in pairs),
+                    'input_ratio': geometric_mean(res.ratio_to(base, 'input_tokens') for res, base in pairs),
+                    'peak_ratio': geometric_mean(
+                        res.ratio_to(base, 'peak_view_tokens') for res, base in pairs
+                    ),
+                    'requests_over_window': sum(res.requests_over_window for res, _ in pairs),
+                    'errors': sum(res.errors for res, _ in pairs),
+                    'fact_retention': statistics.fmean(res.fact_retention for res, _ in pairs),
+                    'needed_fact_retention': statistics.fmean(res.needed_fact_retention for res, _ in pairs),
+                    'min_needed_fact_retention': min(res.needed_fact_retention for res, _ in pairs),
+                    'compile_ms_median': statistics.median(res.compile_ms_median for res, _ in pairs),
+                    'compile_ms_p95_max': max(res.compile_ms_p95 for res, _ in pairs),
+                }
+            )
+    return rows
+
+
+def summary_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(
+        title='Across files: geometric mean of ratios to none; mean retention', title_justify='left'
+    )
+    columns = (
+        'window',
+        'profile',
+        'cost/none',
+        'input/none',
+        'peak/none',
+        'over',
+        'facts',
+        'needed',
+        'ms (med)',
+    )
+    for column in columns:
+        table.add_column(column, justify='left' if column in {'window', 'profile'} else 'right')
+    for row in rows:
+        table.add_row(
+            f'{row["window"] // 1000}k',
+            row['profile'],
+            f'{row["cost_ratio"]:.3f}',
+            f'{row["input_ratio"]:.3f}',
+            f'{row["peak_ratio"]:.3f}',
+            str(row['requests_over_window']),
+            _pct(row['fact_retention']),
+            _pct(row['needed_fact_retention']),
+            f'{row["compile_ms_median"]:.2f}',
+        )
+    return table
+
+
+# --- entry point ------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument('paths', nargs='*', help=f'trajectory files or directories (default: {DEFAULT_DIR})')
+    parser.add_argument(
+        '--window', type=int, action='append', help='context window(s) (default: 128000 and 32000)'
+    )
+    parser.add_argument(
+        '--profile', action='append', help='preset(s) to replay (default: all but transparent)'
+    )
+    parser.add_argument('--transparent', action='store_true', help='also replay the `transparent` preset')
+    parser.add_argument('--no-harness', action='store_true', help='skip the pydantic-ai-harness strategies')
+    parser.add_argument('--cache-read-price', type=float, default=0.1, help='price of a cached input token')
+    parser.add_argument(
+        '--json', type=Path, metavar='OUT', help='write every number (and per-request records)'
+    )
+    return parser.parse_args(argv)
+
+
+async def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    console = Console(width=150)
+    windows = args.window or list(WINDOWS)
+    names = args.profile or [n for n in available_profiles() if n != 'transparent']
+    if args.transparent and 'transparent' not in names:
+        names = [*names, 'transparent']
+    counter = TiktokenCounter()
+    all_results: dict[str, dict[int, dict[str, ReplayResult]]] = {}
+    for path in input_files(args.paths):
+        for n, log in enumerate(load_histories(path)):
+            key = path.stem if n == 0 else f'{path.stem}[{n}]'
+            all_results[key] = results = await replay_file(
+                log,
+                windows=windows,
+                profiles=names,
+                harness=not args.no_harness,
+                counter=counter,
+                cache_read_price=args.cache_read_price,
+            )
+            for window, per_profile in results.items():
+                title = f'{key}  ({len(log)} messages, window {window:,})'
+                console.print(file_table(title, per_profile))
+    rows = summary_rows(all_results)
+    console.print(summary_table(rows))
+    if args.json is not None:
+        payload = {
+            'cache_read_price': args.cache_read_price,
+            'counter': counter.name,
+            'summary': rows,
+            'files': {
+                key: {
+                    str(window): {
+                        label: {**res.to_dict(), 'cost_ratio_to_none': res.ratio_to(per_profile['none'])}
+                        for label, res in per_profile.items()
+                    }
+                    for window, per_profile in per_file.items()
+                }
+                for key, per_file in all_results.items()
+            },
+        }
+        args.json.write_text(json.dumps(payload, indent=1))
+        console.print(f'wrote {args.json}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(asyncio.run(main()))

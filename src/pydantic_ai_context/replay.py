@@ -1,0 +1,680 @@
+"""Replay a recorded agent run through a profile and measure what the model would have been sent.
+
+Every `ModelResponse` in a recorded log marks one model request whose input was everything
+before it. Replaying compiles the view of that input with a profile (or sends it as is, for the
+`none` baseline) and records, per request, the view's tokens, how much of it a provider could
+serve from its prompt cache, how long compiling took, and how many *execution facts* (file paths
+and error lines from tool output) the view still shows. `ReplayResult` aggregates them into the
+numbers used to choose a profile: total input tokens, cache-weighted cost, peak tokens, requests
+over the window and fact retention.
+
+This module computes and never prints; `bench/replay.py` and the command line render it.
+
+Fact definitions:
+
+- *execution facts*: file paths (`PATH_PATTERN`) and error lines (lines matching
+  `ERROR_PATTERN`, stripped, cut to their first 120 characters, kept when longer than 8) in the
+  text of every `ToolReturnPart` before the request;
+- *needed facts*: the paths among them that the agent goes on to use, i.e. that appear in the
+  arguments of a tool call or the text of a `ModelResponse` at or after the request's response;
+- *retention*: the share of those facts (as a set) present as substrings of the view's text
+  (`_parts.message_text` of every message). A request with no facts so far counts as 1.0:
+  nothing could have been lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import statistics
+import time
+from collections.abc import Awaitable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import pydantic
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolReturnPart,
+)
+from pydantic_ai.usage import RequestUsage
+
+from . import _parts
+from .errors import ContextBudgetExceeded, ContextError
+from .tokens import TokenCounter
+
+__all__ = (
+    'ERROR_PATTERN',
+    'PATH_PATTERN',
+    'FactIndex',
+    'HistoryLoadError',
+    'ReplayResult',
+    'RequestRecord',
+    'ViewCompiler',
+    'error_lines',
+    'geometric_mean',
+    'load_histories',
+    'load_history',
+    'paths_in',
+    'replay',
+)
+
+PATH_PATTERN = re.compile(r'(?:[\w.-]+/)+[\w.-]+\.[A-Za-z]\w{0,5}')
+"""A file path with at least one directory and an extension (issue 3's definition)."""
+ERROR_PATTERN = re.compile(r'Error|Exception|FAILED|Traceback|error:|FAIL:')
+"""A line reporting an error (issue 3's definition)."""
+_ERROR_LINE_CHARS = 120
+_ERROR_LINE_MIN = 8
+
+
+class HistoryLoadError(ContextError, ValueError):
+    """A recorded history could not be loaded: the message names the file and, for validation
+    failures, the index of the offending message."""
+
+
+@runtime_checkable
+class ViewCompiler(Protocol):
+    """Anything that turns a log into the view sent to the model: a `ContextProfile`, or an adapter
+    around another library's compaction (as `bench/replay.py` does for pydantic-ai-harness)."""
+
+    name: str
+
+    def compile(self, messages: Sequence[ModelMessage]) -> Awaitable[list[ModelMessage]]: ...
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def load_history(path: str | Path) -> list[ModelMessage] | list[list[ModelMessage]]:
+    """Load a pydantic-ai JSON history (as written by `ModelMessagesTypeAdapter`), or a JSON list of them.
+
+    Returns the history, or a list of histories when the file holds a list of lists. Raises
+    `HistoryLoadError` naming the file for an unreadable file, invalid JSON, or a history that
+    fails validation (with the index of the offending message).
+
+    Example:
+        ```python
+        import tempfile
+        from pathlib import Path
+
+        from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
+
+        from pydantic_ai_context.replay import load_history
+
+        log = [ModelRequest(parts=[UserPromptPart('hi')])]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / 'run.json'
+            path.write_bytes(ModelMessagesTypeAdapter.dump_json(log))
+            assert load_history(path) == log
+        ```
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise HistoryLoadError(f'{path}: cannot read the file ({exc.strerror or exc})') from exc
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HistoryLoadError(f'{path}: not valid JSON ({exc})') from exc
+    if not isinstance(data, list):
+        raise HistoryLoadError(f'{path}: expected a JSON list of messages (or a list of such lists)')
+    if data and all(isinstance(item, list) for item in data):
+        return [_validate(path, item, history=n) for n, item in enumerate(data)]
+    return _validate(path, data)
+
+
+def load_histories(path: str | Path) -> list[list[ModelMessage]]:
+    """Like `load_history`, but always a list of histories (one for a single-history file)."""
+    loaded = load_history(path)
+    if loaded and isinstance(loaded[0], list):
+        return [h for h in loaded if isinstance(h, list)]
+    return [loaded] if loaded else []  # type: ignore[list-item]
+
+
+def _validate(path: Path, data: list[Any], *, history: int | None = None) -> list[ModelMessage]:
+    where = f'{path}' if history is None else f'{path}: history {history}'
+    try:
+        return ModelMessagesTypeAdapter.validate_python(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        loc = first.get('loc', ())
+        index = loc[0] if loc and isinstance(loc[0], int) else None
+        at = f'message {index}' if index is not None else 'the history'
+        rest = '.'.join(str(x) for x in loc[1:]) if index is not None else '.'.join(str(x) for x in loc)
+        detail = f'{first.get("msg", "invalid")}' + (f' at {rest}' if rest else '')
+        raise HistoryLoadError(
+            f'{where}: {at} is not a valid pydantic-ai message: {detail} ({exc.error_count()} error(s))'
+        ) from exc
+
+
+# --- execution facts --------------------------------------------------------------------------
+
+
+def paths_in(text: str) -> list[str]:
+    """File paths in `text`, by `PATH_PATTERN`, in order of appearance (duplicates kept)."""
+    return PATH_PATTERN.findall(text)
+
+
+def error_lines(text: str) -> list[str]:
+    """Error lines in `text`: lines matching `ERROR_PATTERN`, stripped, first 120 chars, longer than 8."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if ERROR_PATTERN.search(line):
+            fact = line.strip()[:_ERROR_LINE_CHARS]
+            if len(fact) > _ERROR_LINE_MIN:
+                out.append(fact)
+    return out
+
+
+def _tool_return_text(message: ModelMessage) -> str:
+    if not isinstance(message, ModelRequest):
+        return ''
+    texts = [_parts.tool_content_text(p.content) for p in message.parts if isinstance(p, ToolReturnPart)]
+    return '\n'.join(t for t in texts if t)
+
+
+def _agent_text(message: ModelResponse) -> str:
+    """What the agent wrote itself: tool call arguments and text (not thinking)."""
+    chunks: list[str] = []
+    for part in message.parts:
+        if _parts.is_tool_call(part):
+            chunks.append(_parts.args_text(part))
+        elif isinstance(part, TextPart):
+            chunks.append(part.content)
+    return '\n'.join(chunks)
+
+
+@dataclass(kw_only=True, eq=False)
+class FactIndex:
+    """The execution facts of one log, ordered by first appearance, and which views keep them.
+
+    Profile-independent: build it once per log (`FactIndex.build`) and pass it to every `replay`
+    of that log; the per-text search results it caches are shared too.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+        from pydantic_ai.messages import UserPromptPart
+
+        from pydantic_ai_context.replay import FactIndex
+
+        output = 'src/app.py\\nValueError: bad input'
+        log = [
+            ModelRequest(parts=[UserPromptPart('fix it')]),
+            ModelResponse(parts=[ToolCallPart('bash', {'command': 'ls'}, tool_call_id='1')]),
+            ModelRequest(parts=[ToolReturnPart('bash', output, tool_call_id='1')]),
+            ModelResponse(parts=[ToolCallPart('bash', {'command': 'cat src/app.py'}, tool_call_id='2')]),
+        ]
+        facts = FactIndex.build(log)
+        assert facts.facts == ['src/app.py', 'ValueError: bad input']
+        assert facts.retention(3, log[:3]) == (1.0, 1.0)
+        ```
+    """
+
+    facts: list[str]
+    """Every fact of the log, in order of first appearance."""
+    first_seen: list[int]
+    """For each fact, the index of the first message whose tool returns contain it."""
+    is_path: list[bool]
+    last_use: list[int]
+    """For each path fact, the index of the last response that uses it (-1: never)."""
+    sources: list[frozenset[int]]
+    """For each fact, the ids of the log's messages whose tool returns contain it."""
+    _log: Sequence[ModelMessage] = ()
+    _found: dict[str, frozenset[int]] = field(default_factory=dict[str, frozenset[int]], repr=False)
+    _texts: dict[int, tuple[ModelMessage, str]] = field(default_factory=dict[int, tuple[ModelMessage, str]])
+
+    @classmethod
+    def build(cls, messages: Sequence[ModelMessage]) -> FactIndex:
+        """Extract the facts of `messages` (one pass over the tool returns and one over the responses)."""
+        index: dict[str, int] = {}
+        facts: list[str] = []
+        first_seen: list[int] = []
+        is_path: list[bool] = []
+        sources: list[set[int]] = []
+        for i, message in enumerate(messages):
+            text = _tool_return_text(message)
+            if not text:
+                continue
+            for fact, path in [
+                *((p, True) for p in paths_in(text)),
+                *((e, False) for e in error_lines(text)),
+            ]:
+                k = index.get(fact)
+                if k is None:
+                    k = index[fact] = len(facts)
+                    facts.append(fact)
+                    first_seen.append(i)
+                    is_path.append(path)
+                    sources.append(set())
+                # A string can be both a path and inside an error line; as a path it may be needed.
+                is_path[k] = is_path[k] or path
+                sources[k].add(id(message))
+        last_use = [-1] * len(facts)
+        path_ids = [k for k in range(len(facts)) if is_path[k]]
+        pending = set(path_ids)
+        # Walk responses newest first: the first hit for a path is its last use.
+        for i in range(len(messages) - 1, -1, -1):
+            message = messages[i]
+            if not pending:
+                break
+            if not isinstance(message, ModelResponse):
+                continue
+            text = _agent_text(message)
+            if not text:
+                continue
+            hits = [k for k in pending if facts[k] in text]
+            for k in hits:
+                last_use[k] = i
+            pending.difference_update(hits)
+        return cls(
+            facts=facts,
+            first_seen=first_seen,
+            is_path=is_path,
+            last_use=last_use,
+            sources=[frozenset(s) for s in sources],
+            _log=messages,
+        )
+
+    def known_before(self, index: int) -> list[int]:
+        """Fact ids seen in tool returns before message `index`."""
+        return [k for k, seen in enumerate(self.first_seen) if seen < index]
+
+    def needed_before(self, index: int) -> list[int]:
+        """Path fact ids seen before message `index` that a response at or after `index` uses."""
+        return [k for k, seen in enumerate(self.first_seen) if seen < index and self.last_use[k] >= index]
+
+    def retention(self, index: int, view: Sequence[ModelMessage]) -> tuple[float, float]:
+        """(fact retention, needed-fact retention) of `view` for the request answered by message `index`.
+
+        With no facts (or no needed facts) the share is 1.0: nothing could have been lost.
+        """
+        known = self.known_before(index)
+        needed = [k for k in known if self.last_use[k] >= index]
+        if not known:
+            return 1.0, 1.0
+        present = self._present(view)
+        kept = sum(1 for k in known if k in present)
+        kept_needed = sum(1 for k in needed if k in present)
+        return kept / len(known), (kept_needed / len(needed) if needed else 1.0)
+
+    def _present(self, view: Sequence[ModelMessage]) -> set[int]:
+        # Facts hold no newline, so a fact is in the joined view text iff it is in one message's text.
+        ids = {id(m) for m in view}
+        present = {k for k, src in enumerate(self.sources) if not ids.isdisjoint(src)}
+        for message in view:
+            present.update(self._found_in(self._text(message)))
+        return present
+
+    def _text(self, message: ModelMessage) -> str:
+        # Keyed by identity (the message is kept alive alongside): unchanged messages are the same
+        # objects request after request, so their text is built once.
+        cached = self._texts.get(id(message))
+        if cached is not None and cached[0] is message:
+            return cached[1]
+        text = _parts.message_text(message)
+        self._texts[id(message)] = (message, text)
+        return text
+
+    def _found_in(self, text: str) -> frozenset[int]:
+        # Keyed by text: policies may rebuild an equal placeholder on every compile.
+        found = self._found.get(text)
+        if found is None:
+            found = self._found[text] = frozenset(k for k, fact in enumerate(self.facts) if fact in text)
+        return found
+
+
+# --- replay -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestRecord:
+    """What one replayed model request would have sent, and what it cost."""
+
+    index: int
+    """Index in the log of the response this request produced (its input is `log[:index]`)."""
+    log_messages: int
+    log_tokens: int
+    """Tokens of the uncompacted input."""
+    view_messages: int
+    view_tokens: int
+    """Tokens of the compiled view (what the provider bills as input)."""
+    cached_tokens: int
+    """Tokens of the longest run of leading view messages equal to the previous request's view."""
+    output_tokens: int
+    """Tokens of the recorded response."""
+    compile_ms: float
+    """Wall time of compiling the view (0 for the `none` baseline)."""
+    over_window: bool
+    """The view is larger than the context window (a provider would reject the request)."""
+    facts: int
+    fact_retention: float
+    needed_facts: int
+    needed_fact_retention: float
+    summary_calls: int = 0
+    summary_input_tokens: int = 0
+    summary_output_tokens: int = 0
+    error: str | None = None
+    """Set when compiling raised `ContextBudgetExceeded`; the uncompacted input then stands in for
+    the view and the request counts as over the window."""
+
+    @property
+    def uncached_tokens(self) -> int:
+        return self.view_tokens - self.cached_tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayResult:
+    """The records of one replay and their aggregates.
+
+    Example:
+        ```python
+        import asyncio
+
+        from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+        from pydantic_ai_context import HeuristicCounter
+        from pydantic_ai_context.replay import replay
+
+        log = [ModelRequest(parts=[UserPromptPart('hi')]), ModelResponse(parts=[TextPart('hello')])]
+        result = asyncio.run(replay(log, None, context_window=32_000, counter=HeuristicCounter()))
+        assert result.requests == 1 and result.ratio_to(result) == 1.0
+        ```
+    """
+
+    profile: str
+    """`'none'` for no compaction, else the profile's name (or the label given to `replay`)."""
+    context_window: int
+    records: tuple[RequestRecord, ...]
+    messages: list[ModelMessage] = field(repr=False)
+    """The replayed log: the recorded messages, each response carrying the simulated usage."""
+    cache_read_price: float = 0.1
+    summary_input_price: float = 1.0
+    summary_output_price: float = 4.0
+
+    @property
+    def requests(self) -> int:
+        return len(self.records)
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(r.view_tokens for r in self.records)
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(r.cached_tokens for r in self.records)
+
+    @property
+    def uncached_tokens(self) -> int:
+        return self.input_tokens - self.cached_tokens
+
+    @property
+    def summary_calls(self) -> int:
+        return sum(r.summary_calls for r in self.records)
+
+    @property
+    def summary_input_tokens(self) -> int:
+        return sum(r.summary_input_tokens for r in self.records)
+
+    @property
+    def summary_output_tokens(self) -> int:
+        return sum(r.summary_output_tokens for r in self.records)
+
+    @property
+    def cost(self) -> float:
+        """Cache-weighted cost in input-token units: uncached x1.0, cached x`cache_read_price`,
+        summariser input x`summary_input_price` and output x`summary_output_price`."""
+        return (
+            self.uncached_tokens
+            + self.cached_tokens * self.cache_read_price
+            + self.summary_input_tokens * self.summary_input_price
+            + self.summary_output_tokens * self.summary_output_price
+        )
+
+    @property
+    def peak_view_tokens(self) -> int:
+        return max((r.view_tokens for r in self.records), default=0)
+
+    @property
+    def requests_over_window(self) -> int:
+        return sum(1 for r in self.records if r.over_window)
+
+    @property
+    def errors(self) -> int:
+        """Requests whose compile raised `ContextBudgetExceeded`."""
+        return sum(1 for r in self.records if r.error is not None)
+
+    @property
+    def fact_retention(self) -> float:
+        """Mean over requests of the share of execution facts the view still shows."""
+        return _mean(r.fact_retention for r in self.records)
+
+    @property
+    def needed_fact_retention(self) -> float:
+        """Mean over requests of the share of needed facts the view still shows."""
+        return _mean(r.needed_fact_retention for r in self.records)
+
+    @property
+    def compile_ms_median(self) -> float:
+        times = [r.compile_ms for r in self.records]
+        return statistics.median(times) if times else 0.0
+
+    @property
+    def compile_ms_p95(self) -> float:
+        return percentile([r.compile_ms for r in self.records], 95)
+
+    def ratio_to(self, baseline: ReplayResult, metric: str = 'cost') -> float:
+        """This result's `metric` (`'cost'`, `'input_tokens'`, `'peak_view_tokens'`...) over `baseline`'s."""
+        mine, theirs = float(getattr(self, metric)), float(getattr(baseline, metric))
+        if theirs == 0:
+            return 1.0 if mine == 0 else math.inf
+        return mine / theirs
+
+    def summary(self) -> dict[str, Any]:
+        """The aggregates as a flat JSON-ready dict."""
+        return {
+            'profile': self.profile,
+            'context_window': self.context_window,
+            'requests': self.requests,
+            'input_tokens': self.input_tokens,
+            'cached_tokens': self.cached_tokens,
+            'uncached_tokens': self.uncached_tokens,
+            'cost': self.cost,
+            'peak_view_tokens': self.peak_view_tokens,
+            'requests_over_window': self.requests_over_window,
+            'errors': self.errors,
+            'fact_retention': self.fact_retention,
+            'needed_fact_retention': self.needed_fact_retention,
+            'summary_calls': self.summary_calls,
+            'summary_input_tokens': self.summary_input_tokens,
+            'summary_output_tokens': self.summary_output_tokens,
+            'compile_ms_median': self.compile_ms_median,
+            'compile_ms_p95': self.compile_ms_p95,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """`summary()` plus every request record."""
+        return {**self.summary(), 'records': [dataclasses.asdict(r) for r in self.records]}
+
+
+async def replay(
+    messages: Sequence[ModelMessage],
+    profile: ViewCompiler | None,
+    *,
+    context_window: int,
+    counter: TokenCounter,
+    cache_read_price: float = 0.1,
+    summary_input_price: float = 1.0,
+    summary_output_price: float = 4.0,
+    facts: FactIndex | None = None,
+    label: str | None = None,
+) -> ReplayResult:
+    """Replay a recorded log through `profile` (`None`: no compaction) and measure every request.
+
+    For each `ModelResponse` at index `i`, the request's input is the replayed log up to `i`, and
+    the view is `await profile.compile(input)`. The simulated provider then reports, on that
+    response, `RequestUsage(input_tokens=<view tokens>, output_tokens=<response tokens>)`
+    (the recorded usage measured the original agent's context, not this view), so policies that
+    anchor on usage see consistent numbers. Pass a `FactIndex` built once when replaying the same
+    log through several profiles. `label` names the result (default: the profile's name).
+
+    Summariser usage comes from the `CompactionEvent`s the profile appended to `profile.events`
+    during each compile: their `details` keys `summary_input_tokens`, `summary_output_tokens` and
+    `summary_calls` (one call per event with input tokens when absent). A compile that raises
+    `ContextBudgetExceeded` is recorded (`RequestRecord.error`), not raised.
+
+    A profile used here should be fresh (its summary cache and events belong to this replay).
+
+    Example:
+        ```python
+        import asyncio
+
+        from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+        from pydantic_ai_context import HeuristicCounter, profile
+        from pydantic_ai_context.replay import replay
+
+        log = [
+            ModelRequest(parts=[UserPromptPart('hi')]),
+            ModelResponse(parts=[TextPart('hello')]),
+            ModelRequest(parts=[UserPromptPart('and now?')]),
+            ModelResponse(parts=[TextPart('still here')]),
+        ]
+        transparent = profile('transparent')
+        result = asyncio.run(replay(log, transparent, context_window=32_000, counter=HeuristicCounter()))
+        assert [r.index for r in result.records] == [1, 3]
+        assert result.records[1].cached_tokens == result.records[0].view_tokens
+        ```
+    """
+    index = facts if facts is not None else FactIndex.build(messages)
+    events = getattr(profile, 'events', None)
+    replayed: list[ModelMessage] = []
+    records: list[RequestRecord] = []
+    previous: Sequence[ModelMessage] = ()
+    previous_tokens: list[int] = []
+    last_event: object = events[-1] if events else None
+    for i, message in enumerate(messages):
+        if not isinstance(message, ModelResponse):
+            replayed.append(message)
+            continue
+        log_input = list(replayed)
+        error: str | None = None
+        compile_ms = 0.0
+        if profile is None:
+            view = log_input
+        else:
+            started = time.perf_counter()
+            try:
+                view = await profile.compile(log_input)
+            except ContextBudgetExceeded as exc:
+                view, error = log_input, str(exc)
+            compile_ms = (time.perf_counter() - started) * 1000
+        per_message = [counter.count_message(m) for m in view]
+        view_tokens = sum(per_message)
+        cached = _cached_prefix_tokens(view, per_message, previous)
+        output_tokens = counter.count_message(message)
+        fact_share, needed_share = index.retention(i, view)
+        new_events, last_event = _new_events(events, last_event)
+        summary_in = sum(_int(e, 'summary_input_tokens') for e in new_events)
+        summary_out = sum(_int(e, 'summary_output_tokens') for e in new_events)
+        summary_calls = sum(
+            _int(e, 'summary_calls') or (1 if _int(e, 'summary_input_tokens') else 0) for e in new_events
+        )
+        records.append(
+            RequestRecord(
+                index=i,
+                log_messages=len(log_input),
+                log_tokens=counter.count_messages(log_input),
+                view_messages=len(view),
+                view_tokens=view_tokens,
+                cached_tokens=cached,
+                output_tokens=output_tokens,
+                compile_ms=compile_ms,
+                over_window=error is not None or view_tokens > context_window,
+                facts=len(index.known_before(i)),
+                fact_retention=fact_share,
+                needed_facts=len(index.needed_before(i)),
+                needed_fact_retention=needed_share,
+                summary_calls=summary_calls,
+                summary_input_tokens=summary_in,
+                summary_output_tokens=summary_out,
+                error=error,
+            )
+        )
+        replayed.append(
+            dataclasses.replace(
+                message, usage=RequestUsage(input_tokens=view_tokens, output_tokens=output_tokens)
+            )
+        )
+        previous, previous_tokens = view, per_message
+    del previous_tokens
+    name = label or ('none' if profile is None else str(getattr(profile, 'name', type(profile).__name__)))
+    return ReplayResult(
+        profile=name,
+        context_window=context_window,
+        records=tuple(records),
+        messages=replayed,
+        cache_read_price=cache_read_price,
+        summary_input_price=summary_input_price,
+        summary_output_price=summary_output_price,
+    )
+
+
+def _cached_prefix_tokens(
+    view: Sequence[ModelMessage], per_message: Sequence[int], previous: Sequence[ModelMessage]
+) -> int:
+    cached = 0
+    for message, tokens, before in zip(view, per_message, previous, strict=False):
+        if message is not before and message != before:
+            break
+        cached += tokens
+    return cached
+
+
+def _new_events(events: Any, last: object) -> tuple[list[Any], object]:
+    """Events appended to the profile's deque since `last` (compared by identity)."""
+    if not events:
+        return [], last
+    new: list[Any] = []
+    for event in reversed(events):
+        if event is last:
+            break
+        new.append(event)
+    new.reverse()
+    return new, events[-1]
+
+
+def _int(event: Any, key: str) -> int:
+    details = getattr(event, 'details', None)
+    value = details.get(key) if isinstance(details, dict) else None
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def _mean(values: Iterable[float]) -> float:
+    items = list(values)
+    return sum(items) / len(items) if items else 1.0
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """The `pct` percentile of `values` (nearest rank); 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def geometric_mean(values: Iterable[float]) -> float:
+    """Geometric mean of positive ratios (the usual way to average ratios across files)."""
+    items = [v for v in values if v > 0 and math.isfinite(v)]
+    if not items:
+        return math.nan
+    return math.exp(sum(math.log(v) for v in items) / len(items))

@@ -1,0 +1,314 @@
+"""The replay measurement: records per request, cache prefix, fact retention, loading errors."""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    ToolReturnPart,
+)
+
+from pydantic_ai_context import CompactionEvent, ContextBudgetExceeded, TiktokenCounter, profile
+from pydantic_ai_context.replay import (
+    FactIndex,
+    HistoryLoadError,
+    ReplayResult,
+    error_lines,
+    geometric_mean,
+    load_histories,
+    load_history,
+    paths_in,
+    replay,
+)
+
+from .builders import History, Tool
+
+DATA = Path(__file__).parent / 'data'
+REAL = DATA / 'mini_gemini3pro_django_15629.json'
+COUNTER = TiktokenCounter()
+
+
+def small_log() -> list[ModelMessage]:
+    return (
+        History()
+        .user('fix the crash', system='You are a coding agent.')
+        .step(Tool('bash', {'command': 'ls -R'}, 'src/app/main.py\nsrc/app/util.py\ndocs/index.md'))
+        .step(
+            Tool(
+                'bash',
+                {'command': 'python src/app/main.py'},
+                'Traceback (most recent call last):\n  File "src/app/main.py", line 3\nValueError: bad value',
+            ),
+            text='Run it.',
+        )
+        .step(Tool('str_replace_editor', {'command': 'view', 'path': '/repo/src/app/main.py'}, 'x = 1'))
+        .answer('Fixed.', input_tokens=999_999, output_tokens=7)
+        .build()
+    )
+
+
+async def replay_none(log: Sequence[ModelMessage], window: int = 128_000) -> ReplayResult:
+    return await replay(log, None, context_window=window, counter=COUNTER)
+
+
+# --- facts ------------------------------------------------------------------------------------
+
+
+def test_paths_follow_the_issue_regex() -> None:
+    text = 'see /testbed/django/db/models.py, a/b.tar.gz and README.md or x/y (dir) and ./pkg/mod.pyi!'
+    assert paths_in(text) == ['testbed/django/db/models.py', 'a/b.tar.gz', './pkg/mod.pyi']
+
+
+def test_error_lines_are_stripped_cut_and_not_too_short() -> None:
+    long = 'AssertionError: ' + 'x' * 200
+    text = f'ok\n   ValueError: bad value  \nError\nFAILED tests/t.py::test_a\n{long}\nerror: x\nall good'
+    assert error_lines(text) == ['ValueError: bad value', 'FAILED tests/t.py::test_a', long[:120]]
+
+
+def test_fact_index_orders_facts_by_first_tool_return() -> None:
+    log = small_log()
+    facts = FactIndex.build(log)
+    assert facts.facts == [
+        'src/app/main.py',
+        'src/app/util.py',
+        'docs/index.md',
+        'Traceback (most recent call last):',
+        'ValueError: bad value',
+    ]
+    assert facts.first_seen == [2, 2, 2, 4, 4]
+    # Facts come from tool returns only: the user prompt, calls and answers add none.
+    assert facts.known_before(2) == []
+    assert facts.known_before(3) == [0, 1, 2]
+
+
+def test_needed_facts_are_paths_used_at_or_after_the_request() -> None:
+    log = small_log()
+    facts = FactIndex.build(log)
+    # src/app/main.py is used by the calls at messages 3 and 5; the others never.
+    assert facts.last_use[:3] == [5, -1, -1]
+    assert facts.needed_before(3) == [0]
+    assert facts.needed_before(5) == [0]
+    # After its last use a path is no longer needed; error lines never are.
+    assert facts.needed_before(7) == []
+
+
+def test_needed_facts_ignore_uses_before_the_fact_appeared() -> None:
+    log = (
+        History()
+        .user('go')
+        .step(Tool('bash', {'command': 'cat lib/a.py'}, 'lib/a.py: no such file'))
+        .step(Tool('bash', {'command': 'ls'}, 'lib/b.py'))
+        .answer('lib/a.py is missing')
+        .build()
+    )
+    facts = FactIndex.build(log)
+    assert facts.facts == ['lib/a.py', 'lib/b.py']
+    assert facts.needed_before(3) == [0]  # the final answer still mentions lib/a.py
+    assert facts.needed_before(5) == [0]
+    assert 1 not in facts.needed_before(5)  # lib/b.py is never used after it appeared
+
+
+def test_retention_counts_facts_missing_from_the_view() -> None:
+    log = small_log()
+    facts = FactIndex.build(log)
+    cleared = [_clear_returns(m) if i == 2 else m for i, m in enumerate(log[:5])]
+    # The first return is gone, but the paths survive in later messages where they are quoted.
+    share, needed_share = facts.retention(5, cleared)
+    # Known: 5 facts; src/app/main.py survives in the next call and return; util.py and index.md are lost.
+    assert share == pytest.approx(3 / 5)
+    assert needed_share == 1.0
+    assert facts.retention(1, log[:1]) == (1.0, 1.0)  # no facts yet: nothing lost
+
+
+# --- replay -----------------------------------------------------------------------------------
+
+
+async def test_one_record_per_response_and_the_prefix_grows() -> None:
+    log = small_log()
+    snapshot = copy.deepcopy(log)
+    result = await replay_none(log)
+    assert [r.index for r in result.records] == [i for i, m in enumerate(log) if isinstance(m, ModelResponse)]
+    assert result.records[0].cached_tokens == 0
+    for before, after in zip(result.records, result.records[1:], strict=False):
+        assert after.cached_tokens == before.view_tokens
+        assert after.view_tokens > before.view_tokens
+    assert all(r.fact_retention == 1.0 and r.needed_fact_retention == 1.0 for r in result.records)
+    assert all(
+        r.view_tokens == r.log_tokens == COUNTER.count_messages(log[: r.index]) for r in result.records
+    )
+    assert result.profile == 'none'
+    assert log == snapshot
+
+
+async def test_replayed_responses_report_the_view_as_usage() -> None:
+    log = small_log()
+    result = await replay_none(log)
+    responses = [m for m in result.messages if isinstance(m, ModelResponse)]
+    assert len(result.messages) == len(log)
+    for record, response in zip(result.records, responses, strict=True):
+        assert response.usage.input_tokens == record.view_tokens
+        assert (
+            response.usage.output_tokens == record.output_tokens == COUNTER.count_message(log[record.index])
+        )
+        assert response.parts == log[record.index].parts
+    # The recorded usage belongs to the original run; the input log keeps it.
+    assert log[-1].usage.input_tokens == 999_999  # type: ignore[union-attr]
+    # Requests are passed through untouched (same objects).
+    assert all(a is b for a, b in zip(result.messages, log, strict=True) if isinstance(a, ModelRequest))
+
+
+async def test_aggregates_and_cost() -> None:
+    result = await replay_none(small_log())
+    assert result.requests == 4
+    assert result.input_tokens == sum(r.view_tokens for r in result.records)
+    assert result.cost == pytest.approx(result.uncached_tokens + 0.1 * result.cached_tokens)
+    assert result.peak_view_tokens == result.records[-1].view_tokens
+    assert result.requests_over_window == 0
+    assert result.ratio_to(result) == 1.0
+    tight = await replay_none(small_log(), window=result.records[1].view_tokens)
+    assert tight.requests_over_window == 2
+    assert set(result.summary()) <= set(result.to_dict())
+    json.dumps(result.to_dict())
+
+
+@dataclasses.dataclass
+class ClearingCompiler:
+    """Clears every tool return but the newest, and reports a summariser call on its 2nd compile."""
+
+    name: str = 'clearing'
+    events: collections.deque[CompactionEvent] = dataclasses.field(default_factory=collections.deque)
+    calls: int = 0
+
+    async def compile(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+        self.calls += 1
+        if self.calls == 2:
+            details = {'summary_input_tokens': 100, 'summary_output_tokens': 10}
+            self.events.append(
+                CompactionEvent(policy='s', messages_before=1, messages_after=1, details=details)
+            )
+        return [_clear_returns(m) if i < len(messages) - 1 else m for i, m in enumerate(messages)]
+
+
+async def test_compaction_costs_retention_and_summariser_hook() -> None:
+    log = small_log()
+    base = await replay_none(log)
+    result = await replay(log, ClearingCompiler(), context_window=128_000, counter=COUNTER)
+    assert result.profile == 'clearing'
+    assert [r.summary_calls for r in result.records] == [0, 1, 0, 0]
+    assert result.summary_input_tokens == 100
+    assert result.summary_output_tokens == 10
+    assert result.cost == pytest.approx(result.uncached_tokens + 0.1 * result.cached_tokens + 100 + 40)
+    assert result.input_tokens < base.input_tokens
+    assert result.fact_retention < 1.0
+    # The last request: only src/app/main.py survives (quoted in calls); the rest lived in cleared returns.
+    assert result.records[-1].fact_retention == pytest.approx(1 / 5)
+    assert result.records[-1].needed_fact_retention == 1.0
+    # Each request clears the previous newest return: the prefix stops at that message.
+    assert 0 < result.records[-1].cached_tokens < result.records[-2].view_tokens
+
+
+async def test_budget_exceeded_is_recorded_not_raised() -> None:
+    class Refusing:
+        name = 'refusing'
+
+        async def compile(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+            raise ContextBudgetExceeded(10, 5)
+
+    result = await replay(small_log(), Refusing(), context_window=128_000, counter=COUNTER, label='r')
+    assert result.profile == 'r'
+    assert result.errors == result.requests == result.requests_over_window == 4
+    assert all(r.error and r.view_tokens == r.log_tokens for r in result.records)
+
+
+async def test_transparent_equals_none_on_a_real_trajectory() -> None:
+    log = load_history(REAL)
+    assert isinstance(log, list)
+    assert isinstance(log[0], ModelRequest)
+    facts = FactIndex.build(log)
+    assert any(facts.is_path)
+    assert any(u >= 0 for u in facts.last_use)
+    none = await replay(log, None, context_window=32_000, counter=COUNTER, facts=facts)
+    assert none.requests == sum(isinstance(m, ModelResponse) for m in log) == 51
+    for before, after in zip(none.records, none.records[1:], strict=False):
+        assert after.cached_tokens == before.view_tokens
+    assert none.fact_retention == none.needed_fact_retention == 1.0
+    assert none.requests_over_window == sum(r.view_tokens > 32_000 for r in none.records)
+    transparent = await replay(
+        log, profile('transparent', counter=COUNTER), context_window=32_000, counter=COUNTER, facts=facts
+    )
+    assert [r.view_tokens for r in transparent.records] == [r.view_tokens for r in none.records]
+    assert transparent.ratio_to(none) == pytest.approx(1.0)
+    assert transparent.compile_ms_median > 0
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def test_load_history_reads_a_list_of_lists(tmp_path: Path) -> None:
+    log = small_log()
+    single = tmp_path / 'one.json'
+    single.write_bytes(ModelMessagesTypeAdapter.dump_json(log))
+    assert load_history(single) == log
+    assert load_histories(single) == [log]
+    many = tmp_path / 'many.json'
+    dumped = json.loads(ModelMessagesTypeAdapter.dump_json(log))
+    many.write_text(json.dumps([dumped, dumped[:3]]))
+    assert load_history(many) == [log, log[:3]]
+    assert load_histories(many) == [log, log[:3]]
+
+
+def test_load_history_errors_name_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / 'missing.json'
+    with pytest.raises(HistoryLoadError, match=r'missing\.json: cannot read'):
+        load_history(missing)
+    bad = tmp_path / 'bad.json'
+    bad.write_text('[{"kind": "request", ')
+    with pytest.raises(HistoryLoadError, match=r'bad\.json: not valid JSON'):
+        load_history(bad)
+    scalar = tmp_path / 'scalar.json'
+    scalar.write_text('{"kind": "request"}')
+    with pytest.raises(HistoryLoadError, match=r'scalar\.json: expected a JSON list'):
+        load_history(scalar)
+
+
+def test_validation_failure_names_the_message_index(tmp_path: Path) -> None:
+    dumped = json.loads(ModelMessagesTypeAdapter.dump_json(small_log()))
+    dumped[2] = {'kind': 'bogus', 'parts': []}
+    path = tmp_path / 'invalid.json'
+    path.write_text(json.dumps(dumped))
+    with pytest.raises(
+        HistoryLoadError, match=r'invalid\.json: message 2 is not a valid pydantic-ai message'
+    ):
+        load_history(path)
+    path.write_text(json.dumps([dumped[:2], dumped]))
+    with pytest.raises(HistoryLoadError, match=r'invalid\.json: history 1: message 2 '):
+        load_history(path)
+
+
+def test_geometric_mean() -> None:
+    assert geometric_mean([0.5, 2.0]) == pytest.approx(1.0)
+    assert geometric_mean([0.25]) == pytest.approx(0.25)
+    assert math.isnan(geometric_mean([]))
+
+
+def _clear_returns(message: ModelMessage) -> ModelMessage:
+    if not isinstance(message, ModelRequest):
+        return message
+    parts: list[Any] = []
+    for part in message.parts:
+        if isinstance(part, ToolReturnPart):
+            part = dataclasses.replace(cast(Any, part), content='[cleared]')
+        parts.append(part)
+    return dataclasses.replace(message, parts=parts)

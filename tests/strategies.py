@@ -20,6 +20,8 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR
+
 TOOLS = ('read_file', 'execute_bash', 'str_replace_editor', 'grep', 'think', 'browser_get_state')
 PATHS = ('src/app/models.py', 'tests/test_models.py', 'README.md', 'lib/util.js', 'pkg/core/io.go')
 
@@ -64,9 +66,8 @@ def tool_args(draw: st.DrawFn, name: str) -> Any:
 
 
 def _retry_part(name: str, call_id: str, content: str) -> Any:
-    part = ToolReturnPart(name, content, tool_call_id=call_id)
-    if hasattr(part, 'outcome'):
-        return dataclasses.replace(part, outcome='retried')
+    if PYDANTIC_AI_MAJOR >= 2:
+        return ToolReturnPart(name, content, tool_call_id=call_id, outcome='retried')
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         return RetryPromptPart(content, tool_name=name, tool_call_id=call_id)

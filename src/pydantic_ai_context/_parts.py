@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, TypeGuard
 
+import pydantic_ai
 import pydantic_core
 from pydantic_ai.messages import (
     ModelMessage,
@@ -30,6 +31,11 @@ META_KEY: Final = 'pydantic_ai_context'
 """Key under which this package records what it did to a part or message, in `metadata`."""
 
 ERROR_OUTCOMES: Final = frozenset({'failed', 'retried', 'denied', 'interrupted'})
+
+PYDANTIC_AI_MAJOR: Final = int(pydantic_ai.__version__.split('.')[0])
+
+INTERRUPTED_OUTCOME: Final = 'interrupted' if PYDANTIC_AI_MAJOR >= 2 else 'failed'
+"""The outcome of a synthetic result for a call that never finished (1.x has no 'interrupted')."""
 
 
 def is_tool_call(part: Any) -> TypeGuard[ToolCallPart]:

@@ -7,6 +7,7 @@ __all__ = (
     'ContextError',
     'ContextWarning',
     'HistoryIntegrityError',
+    'StoreError',
 )
 
 
@@ -70,3 +71,32 @@ class ContextBudgetExceeded(ContextError):
 
 class ContextWarning(UserWarning):
     """A degraded but safe mode, e.g. token counting fell back to a heuristic."""
+
+
+class StoreError(ContextError):
+    """A session store cannot do what was asked, or found its data unreadable.
+
+    Carries the store file, session id and row sequence number where they are known, so a repair
+    tool can find the offending row.
+
+    Example:
+        ```python
+        from pydantic_ai_context import StoreError
+
+        err = StoreError("session 'chat-1': message 3 (row seq 3) is corrupt", session_id='chat-1', seq=3)
+        assert err.seq == 3 and 'chat-1' in str(err)
+        ```
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        session_id: str | None = None,
+        seq: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.session_id = session_id
+        self.seq = seq

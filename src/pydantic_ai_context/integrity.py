@@ -589,7 +589,7 @@ def _synthetic_result(call: Any, note: str) -> ToolReturnPart:
         metadata={_parts.META_KEY: {'kind': 'synthetic', 'reason': 'dangling_call'}},
     )
     if hasattr(part, 'outcome'):
-        part = dataclasses.replace(part, outcome='interrupted')
+        part = dataclasses.replace(part, outcome=_parts.INTERRUPTED_OUTCOME)
     return part
 
 

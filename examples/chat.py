@@ -1,0 +1,152 @@
+"""A terminal chat on a pydantic-ai agent with `/compact`, `/clear`, `/history` and Ctrl-C handling.
+
+Run it: `python examples/chat.py`. By default the agent runs on a small deterministic fake model
+(a `FunctionModel`) that reads a large log file when asked about logs and runs a slow deploy when
+asked to deploy (press Ctrl-C during it: the unanswered call gets a synthetic result, and the
+chat goes on). Set `PYDANTIC_AI_CONTEXT_MODEL=openai:gpt-4o` (or any model name pydantic-ai
+knows) to chat with a real model.
+
+Commands: `/compact [focus]`, `/clear`, `/history`, `/quit`. Lines are read from stdin, so it
+also runs non-interactively: `printf 'hello\\n/history\\n' | python examples/chat.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import sys
+from typing import Any
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from pydantic_ai_context import ContextBudget, ContextProfile
+from pydantic_ai_context.commands import clear, compact_result, history_stats, patch_dangling_tool_calls
+from pydantic_ai_context.policies.summarize import summarize_window
+
+CONTEXT_WINDOW = 32_000
+
+
+def fake_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """A deterministic stand-in for a provider model (also serves as the summariser)."""
+    last = messages[-1]
+    prompts = [p.content for p in last.parts if isinstance(p, UserPromptPart) and isinstance(p.content, str)]
+    results = [p for p in last.parts if isinstance(p, ToolReturnPart)]
+    if prompts and '<transcript>' in prompts[-1]:
+        turns = prompts[-1].count('\nuser: ') + prompts[-1].startswith('user: ')
+        return ModelResponse(
+            parts=[TextPart(f'Summary: {turns} user turns so far; the user chats about logs.')]
+        )
+    if results:
+        lines = len(str(results[0].content).splitlines())
+        return ModelResponse(parts=[TextPart(f'{results[0].tool_name} finished ({lines} lines of output).')])
+    text = prompts[-1] if prompts else ''
+    if 'log' in text.lower():
+        return ModelResponse(parts=[ToolCallPart('read_log', {'path': '/var/log/app.log'})])
+    if 'deploy' in text.lower():
+        return ModelResponse(parts=[ToolCallPart('deploy', {'env': 'staging'})])
+    return ModelResponse(parts=[TextPart(f'You said: {text}')])
+
+
+def build_agent() -> tuple[Agent[None, str], Any]:
+    name = os.environ.get('PYDANTIC_AI_CONTEXT_MODEL')
+    model: Any = name or FunctionModel(fake_model)
+    profile = ContextProfile(
+        name='chat-example',
+        steps=[summarize_window(keep_current_run=True)],
+        context_window=CONTEXT_WINDOW,
+        summary_model=model,
+    )
+    # pydantic-ai 2.x: the profile is a capability and the history stays whole; 1.x: a history processor.
+    integration: dict[str, Any] = (
+        {'capabilities': [profile]}
+        if 'capabilities' in inspect.signature(Agent.__init__).parameters
+        else {'history_processors': profile.history_processors}
+    )
+    agent: Agent[None, str] = Agent(model, output_type=str, **integration)
+
+    @agent.tool_plain
+    def read_log(path: str) -> str:
+        """Read a log file."""
+        return '\n'.join(f'{path}:{i}: INFO request served in {i % 97} ms' for i in range(400))
+
+    @agent.tool_plain
+    async def deploy(env: str) -> str:
+        """Deploy the application (slow)."""
+        print(f'deploying to {env}... (Ctrl-C to interrupt)', flush=True)
+        await asyncio.sleep(float(os.environ.get('CHAT_DEPLOY_SECONDS', '20')))
+        return f'deployed to {env}'
+
+    return agent, model
+
+
+async def turn(
+    agent: Agent[None, str], prompt: str, history: list[ModelMessage], seen: list[ModelMessage]
+) -> str:
+    """One user turn; `seen` is kept up to date so an interrupt does not lose the partial run."""
+    async with agent.iter(prompt, message_history=history) as run:
+        async for _node in run:
+            seen[:] = run.all_messages()
+        seen[:] = run.all_messages()
+        assert run.result is not None
+        return str(run.result.output)
+
+
+def after_interrupt(partial: list[ModelMessage]) -> list[ModelMessage]:
+    """The history to continue from after Ctrl-C: every call answered, ending with a response."""
+    history = patch_dangling_tool_calls(partial, note='Interrupted by the user (Ctrl-C).')
+    if history and isinstance(history[-1], ModelRequest):
+        history.append(ModelResponse(parts=[TextPart('(interrupted)')]))
+    return history
+
+
+def main() -> int:
+    agent, model = build_agent()
+    budget = ContextBudget(context_window=CONTEXT_WINDOW)
+    history: list[ModelMessage] = []
+    print('chat: /compact [focus], /clear, /history, /quit', flush=True)
+    for raw in sys.stdin:
+        line = raw.strip()
+        if not line:
+            continue
+        if line in {'/quit', '/exit'}:
+            break
+        if line == '/clear':
+            history = clear()
+            print('history cleared', flush=True)
+        elif line == '/history':
+            print(history_stats(history, budget=budget), flush=True)
+        elif line.startswith('/compact'):
+            focus = line[len('/compact') :].strip() or None
+            result = asyncio.run(compact_result(history, model=model, focus=focus))
+            history = result.messages
+            if result.compacted:
+                print(f'compacted: {result.tokens_before:,} -> {result.tokens_after:,} tokens', flush=True)
+            else:
+                print(f'not compacted: {result.reason}', flush=True)
+        else:
+            seen: list[ModelMessage] = list(history)
+            try:
+                answer = asyncio.run(turn(agent, line, history, seen))
+            except KeyboardInterrupt:
+                history = after_interrupt(seen)
+                print('interrupted; unanswered tool calls were closed', flush=True)
+                continue
+            history = seen
+            print(f'assistant: {answer}', flush=True)
+    print('bye', flush=True)
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

@@ -200,3 +200,9 @@ def test_repairs_name_valid_indices(log: list) -> None:
     _, repairs = normalize_with_repairs(log)
     for repair in repairs:
         assert -1 <= repair.index < max(len(log), 1)
+
+
+@PROPS
+@given(any_histories)
+def test_normalize_is_deterministic(log: list) -> None:
+    assert normalize(log) == normalize(copy.deepcopy(log))

@@ -517,7 +517,7 @@ def _pair(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
         missing = [c for cid, c in calls.items() if cid not in answered]
         if missing:
             changed = True
-            synthetic = [_synthetic_result(c, INTERRUPTED_NOTE) for c in missing]
+            synthetic = [_synthetic_result(c, INTERRUPTED_NOTE, out[i - 1].message) for c in missing]
             for c in missing:
                 repairs.append(
                     Repair(
@@ -549,7 +549,10 @@ def _end_with_request(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
                     tool_call_id=c.tool_call_id,
                 )
             )
-        request = ModelRequest(parts=[_synthetic_result(c, INTERRUPTED_NOTE) for c in _unique_calls(calls)])
+        request = ModelRequest(
+            parts=[_synthetic_result(c, INTERRUPTED_NOTE, last.message) for c in _unique_calls(calls)],
+            timestamp=getattr(last.message, 'timestamp', None),
+        )
         request = _copy_run_ids(request, last.message)
         return [*slots, _Slot(request, [])]
     repairs.append(
@@ -581,12 +584,14 @@ def _copy_run_ids(request: ModelRequest, like: ModelMessage) -> ModelRequest:
     return dataclasses.replace(request, **updates) if updates else request
 
 
-def _synthetic_result(call: Any, note: str) -> ToolReturnPart:
+def _synthetic_result(call: Any, note: str, response: ModelMessage) -> ToolReturnPart:
+    # The response's timestamp, not the clock: the same log must give the same view.
     part = ToolReturnPart(
         tool_name=call.tool_name,
         content=note,
         tool_call_id=call.tool_call_id,
         metadata={_parts.META_KEY: {'kind': 'synthetic', 'reason': 'dangling_call'}},
+        timestamp=response.timestamp,
     )
     if hasattr(part, 'outcome'):
         part = dataclasses.replace(part, outcome=_parts.INTERRUPTED_OUTCOME)
@@ -631,12 +636,15 @@ def patch_dangling_tool_calls(
                 answered = {r.tool_call_id for r in _parts.tool_results(nxt)}
                 missing = [c for c in calls if c.tool_call_id not in answered]
                 if missing:
-                    patched = [_synthetic_result(c, note) for c in missing]
+                    patched = [_synthetic_result(c, note, message) for c in missing]
                     out.append(dataclasses.replace(nxt, parts=[*patched, *nxt.parts]))
                     i += 2
                     continue
             else:
-                request = ModelRequest(parts=[_synthetic_result(c, note) for c in calls])
+                request = ModelRequest(
+                    parts=[_synthetic_result(c, note, message) for c in calls],
+                    timestamp=getattr(message, 'timestamp', None),
+                )
                 out.append(_copy_run_ids(request, message))
         i += 1
     return out

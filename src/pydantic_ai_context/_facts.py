@@ -1,0 +1,387 @@
+"""Execution facts of a tool result, and the one-line digest that carries them once the output is gone.
+
+A masked or summarised tool result loses its text, but the agent still needs what the execution
+established: which call it was, whether it worked (exit code), which files it mentioned and
+which errors it printed. `extract_facts` pulls those out of a result's text; `digest` writes
+them on one line, keeping paths and error lines verbatim so the agent (and the replay's fact
+retention measure) can still find them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pydantic_ai.messages import RetryPromptPart, ToolCallPart
+
+from . import _parts
+
+__all__ = (
+    'ERROR_LINE_RE',
+    'PATH_RE',
+    'Facts',
+    'call_summary',
+    'digest',
+    'extract_facts',
+    'fact_key',
+    'facts_in_digest',
+    'facts_in_text',
+    'result_status',
+)
+
+PATH_RE: Final = re.compile(r'/?(?:[\w.-]+/)+[\w.-]+\.[A-Za-z]\w{0,5}')
+"""A file path with a directory and an extension; absolute paths keep their leading slash."""
+
+ERROR_LINE_RE: Final = re.compile(r'Error|Exception|FAILED|Traceback|error:|FAIL:')
+"""A line reporting an error: tracebacks, exceptions, failed tests, compiler errors."""
+
+ERROR_LINE_CHARS: Final = 120
+"""Error lines are kept up to this many characters (the first ones: the exception type and message)."""
+
+_EXIT_CODE_RES: Final = (
+    re.compile(r'<returncode>\s*(-?\d+)\s*</returncode>'),
+    re.compile(r'\[Command finished with exit code (-?\d+)\]'),
+    re.compile(r'completed with exit code (-?\d+)'),
+    re.compile(r'\bexit(?:ed)?[ _]?(?:code|status)\s*[:=]?\s*(-?\d+)', re.IGNORECASE),
+    re.compile(r'\breturn ?code\s*[:=]\s*(-?\d+)', re.IGNORECASE),
+)
+_EXIT_KEYS: Final = ('exit_code', 'returncode', 'return_code', 'exit_status', 'exitcode', 'status_code')
+
+IDENTIFYING_ARGS: Final = (
+    'command',
+    'cmd',
+    'path',
+    'file',
+    'filename',
+    'file_path',
+    'filepath',
+    'url',
+    'query',
+    'pattern',
+    'regex',
+    'glob',
+    'name',
+    'id',
+)
+"""Argument names that say which resource a call touched, in the order a summary shows them."""
+
+_SCALAR_ARGS_SHOWN: Final = 2
+"""Calls without identifying arguments show up to this many short scalar arguments instead."""
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a tool result established, extracted from its text.
+
+    Example:
+        ```python
+        from pydantic_ai_context._facts import extract_facts
+
+        facts = extract_facts('<returncode>1</returncode>\\nFAILED tests/test_io.py::test_x - AssertionError')
+        assert facts.exit_code == 1
+        assert facts.paths == ('tests/test_io.py',)
+        assert facts.error_lines == ('FAILED tests/test_io.py::test_x - AssertionError',)
+        ```
+    """
+
+    paths: tuple[str, ...] = ()
+    """File paths mentioned, unique, in order of first appearance."""
+    error_lines: tuple[str, ...] = ()
+    """Lines reporting errors, stripped and clipped to 120 characters, unique, in order."""
+    exit_code: int | None = None
+    """The process exit code when the output states one."""
+    n_lines: int = 0
+    """Lines of text."""
+    n_chars: int = 0
+    """Characters of text."""
+
+
+@functools.lru_cache(maxsize=8192)
+def extract_facts(text: str) -> Facts:
+    """The execution facts of one tool result's text.
+
+    Memoised: the log's strings are the same objects from one compile to the next, and a
+    string caches its hash, so a repeated lookup costs no rescan.
+    """
+    paths = tuple(dict.fromkeys(m.group(0) for m in PATH_RE.finditer(text)))
+    errors: dict[str, None] = {}
+    if ERROR_LINE_RE.search(text):
+        for line in text.splitlines():
+            if ERROR_LINE_RE.search(line):
+                clipped = line.strip()[:ERROR_LINE_CHARS]
+                if len(clipped) > 8:
+                    errors[clipped] = None
+    return Facts(
+        paths=paths,
+        error_lines=tuple(errors),
+        exit_code=_exit_code_in_text(text),
+        n_lines=text.count('\n') + 1 if text else 0,
+        n_chars=len(text),
+    )
+
+
+def _exit_code_in_text(text: str) -> int | None:
+    stripped = text.lstrip()
+    if stripped.startswith('{'):
+        try:
+            loaded = json.loads(text)
+        except ValueError:
+            loaded = None
+        if isinstance(loaded, Mapping):
+            found = exit_code_in_mapping(loaded)
+            if found is not None:
+                return found
+    for pattern in _EXIT_CODE_RES:
+        # The last statement wins: a session that ran several commands ends with the one that counts.
+        matches = pattern.findall(text)
+        if matches:
+            return int(matches[-1])
+    return None
+
+
+def exit_code_in_mapping(value: Mapping[Any, Any], *, depth: int = 2) -> int | None:
+    """An exit code under a conventional key of a dict (tool content, metadata), nested one level at most."""
+    for key in _EXIT_KEYS:
+        code = value.get(key)
+        if isinstance(code, int) and not isinstance(code, bool):
+            return code
+        if isinstance(code, str) and code.lstrip('-').isdigit():
+            return int(code)
+    if depth > 1:
+        for nested in value.values():
+            if isinstance(nested, Mapping):
+                found = exit_code_in_mapping(nested, depth=depth - 1)
+                if found is not None:
+                    return found
+    return None
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + '…'
+
+
+def _show(value: Any, limit: int) -> str:
+    if isinstance(value, str):
+        first = value.strip().split('\n', 1)
+        shown = first[0] + (' …' if len(first) > 1 else '')
+        return repr(_clip(shown, limit))
+    return _clip(_parts.to_text(value), limit)
+
+
+def call_summary(call: ToolCallPart | None, *, max_len: int = 120, tool_name: str | None = None) -> str:
+    """The tool name and the arguments that identify a call, e.g. `execute_bash(command='pytest -q')`.
+
+    Identifying arguments are paths, files, URLs, queries, patterns and commands (first line);
+    a call without any shows up to two short scalar arguments (`browser_click(index=9)`).
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ToolCallPart
+
+        from pydantic_ai_context._facts import call_summary
+
+        call = ToolCallPart('str_replace_editor', {'command': 'view', 'path': '/testbed/a.py', 'risk': 'LOW'})
+        assert call_summary(call) == "str_replace_editor(command='view', path='/testbed/a.py')"
+        ```
+    """
+    name = call.tool_name if call is not None else (tool_name or 'tool')
+    if call is None:
+        return name
+    args = _parts.args_dict(call)
+    shown: list[str] = []
+    for key in IDENTIFYING_ARGS:
+        if key in args and args[key] not in (None, ''):
+            shown.append(f'{key}={_show(args[key], max_len)}')
+    if not shown:
+        for key, value in args.items():
+            if isinstance(value, int | float | bool) or (isinstance(value, str) and len(value) <= 40):
+                shown.append(f'{key}={_show(value, 40)}')
+                if len(shown) == _SCALAR_ARGS_SHOWN:
+                    break
+    return _clip(f'{name}({", ".join(shown)})', max_len)
+
+
+def result_status(result_part: Any, exit_code: int | None) -> str:
+    """`ok`, `error`, or the outcome of an execution that did not run (`retried`, `denied`, `interrupted`)."""
+    if isinstance(result_part, RetryPromptPart):
+        return 'retried'
+    outcome = getattr(result_part, 'outcome', 'success')
+    if outcome in {'retried', 'denied', 'interrupted'}:
+        return str(outcome)
+    if _parts.is_failed_result(result_part) or (exit_code is not None and exit_code != 0):
+        return 'error'
+    return 'ok'
+
+
+def _result_text(result_part: Any) -> str:
+    if isinstance(result_part, RetryPromptPart):
+        return _parts.part_text(result_part)
+    return _parts.tool_content_text(getattr(result_part, 'content', None))
+
+
+def _result_exit_code(result_part: Any, facts: Facts) -> int | None:
+    content = getattr(result_part, 'content', None)
+    if isinstance(content, Mapping):
+        found = exit_code_in_mapping(content)
+        if found is not None:
+            return found
+    if facts.exit_code is not None:
+        return facts.exit_code
+    # Some harnesses (OpenHands) keep the exit code next to the output rather than in it.
+    meta = getattr(result_part, 'metadata', None)
+    if isinstance(meta, Mapping):
+        return exit_code_in_mapping({k: v for k, v in meta.items() if k != _parts.META_KEY})
+    return None
+
+
+def _original_size(result_part: Any, facts: Facts) -> tuple[int, int]:
+    """Lines and characters of the output before this package trimmed it, else of the text as it is."""
+    record = _parts.marker(result_part)
+    if record is not None:
+        lines, chars = record.get('lines'), record.get('chars')
+        if isinstance(lines, int) and isinstance(chars, int):
+            return lines, chars
+    return facts.n_lines, facts.n_chars
+
+
+def _size(lines: int, chars: int) -> str:
+    return f'{lines:,} lines, ~{(chars + 3) // 4:,} tokens'
+
+
+PATHS_LABEL: Final = '; paths: '
+ERRORS_LABEL: Final = '; errors: '
+_DIGEST_MEMO: dict[tuple[Any, ...], str] = {}
+_DIGEST_MEMO_SIZE: Final = 8192
+
+
+def digest(
+    call: ToolCallPart | None,
+    result_part: Any,
+    *,
+    max_paths: int = 128,
+    max_errors: int = 8,
+    prefix: str = '',
+    max_call_len: int = 120,
+    known: AbstractSet[str] = frozenset(),
+) -> str:
+    """One line with the execution facts of a tool call and its result.
+
+    The line holds the call summary, the status (`ok`, `error`, `retried`, `denied`,
+    `interrupted`), the exit code when known, the size of the output, then the file paths and
+    error lines it mentioned, verbatim (at most `max_paths` and `max_errors`; a path already
+    inside a listed error line or longer path is not repeated, nor is a fact whose `fact_key`
+    is in `known`, e.g. because the view already shows it earlier).
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ToolCallPart, ToolReturnPart
+
+        from pydantic_ai_context._facts import digest
+
+        call = ToolCallPart('execute_bash', {'command': 'pytest tests/test_io.py'}, tool_call_id='c1')
+        output = 'FAILED tests/test_io.py::test_vla - AssertionError\\nexit code 1'
+        result = ToolReturnPart('execute_bash', output, tool_call_id='c1')
+        line = digest(call, result)
+        assert line.startswith("execute_bash(command='pytest tests/test_io.py') → error, exit 1")
+        assert 'FAILED tests/test_io.py::test_vla - AssertionError' in line
+        ```
+    """
+    text = _result_text(result_part)
+    record = _parts.marker(result_part) or {}
+    facts = extract_facts(text)
+    hidden = (
+        frozenset(f for f in (*facts.paths, *facts.error_lines) if fact_key(f) in known)
+        if known
+        else frozenset()
+    )
+    key = (
+        hidden,
+        record.get('lines'),
+        record.get('chars'),
+        getattr(result_part, 'tool_call_id', None),
+        _parts.args_text(call) if call is not None else None,
+        text,
+        getattr(result_part, 'outcome', None),
+        type(result_part),
+        max_paths,
+        max_errors,
+        prefix,
+        max_call_len,
+    )
+    found = _DIGEST_MEMO.get(key)
+    if found is not None:
+        return found
+    exit_code = _result_exit_code(result_part, facts)
+    head = call_summary(call, max_len=max_call_len, tool_name=getattr(result_part, 'tool_name', None))
+    status = result_status(result_part, exit_code)
+    bits = [status]
+    if exit_code is not None:
+        bits.append(f'exit {exit_code}')
+    bits.append(_size(*_original_size(result_part, facts)))
+    line = f'{prefix}{head} → {", ".join(bits)}'
+    all_errors = tuple(e for e in facts.error_lines if e not in hidden)
+    all_paths = tuple(p for p in facts.paths if p not in hidden)
+    errors = all_errors[:max_errors]
+    listed = _paths_worth_listing(all_paths[: max_paths * 4], errors)
+    if listed:
+        more = len(all_paths) - max_paths if len(all_paths) > max_paths * 4 else len(listed) - max_paths
+        line += PATHS_LABEL + ', '.join(listed[:max_paths]) + (f' (+{more} more)' if more > 0 else '')
+    if errors:
+        more = len(all_errors) - len(errors)
+        line += ERRORS_LABEL + ' | '.join(errors) + (f' (+{more} more)' if more > 0 else '')
+    if len(_DIGEST_MEMO) >= _DIGEST_MEMO_SIZE:
+        _DIGEST_MEMO.clear()
+    _DIGEST_MEMO[key] = line
+    return line
+
+
+def fact_key(fact: str) -> str:
+    """A fact as a lookup key: a path without its leading slash (the tail a shorter mention matches)."""
+    return fact.lstrip('/')
+
+
+def facts_in_text(text: str) -> frozenset[str]:
+    """The `fact_key`s of the paths and error lines a text shows."""
+    found = _TEXT_FACTS.get(text)
+    if found is None:
+        facts = extract_facts(text)
+        found = frozenset(fact_key(p) for p in facts.paths) | frozenset(facts.error_lines)
+        if len(_TEXT_FACTS) >= _DIGEST_MEMO_SIZE:
+            _TEXT_FACTS.clear()
+        _TEXT_FACTS[text] = found
+    return found
+
+
+_TEXT_FACTS: dict[str, frozenset[str]] = {}
+_MORE_RE: Final = re.compile(r' \(\+\d+ more\)$')
+
+
+def facts_in_digest(line: str) -> frozenset[str]:
+    """The `fact_key`s a digest line shows: every path in it, and each listed error line."""
+    keys = {fact_key(p) for p in extract_facts(line).paths}
+    at = line.rfind(ERRORS_LABEL)
+    if at >= 0:
+        errors = _MORE_RE.sub('', line[at + len(ERRORS_LABEL) :])
+        keys.update(errors.split(' | '))
+    return frozenset(keys)
+
+
+def _paths_worth_listing(paths: tuple[str, ...], errors: tuple[str, ...]) -> list[str]:
+    """Paths not already visible inside a longer listed path or an error line (they would repeat)."""
+    if not paths:
+        return []
+    error_text = '\n'.join(errors)
+    ordered = sorted(paths, key=len, reverse=True)
+    kept: set[str] = set()
+    for path in ordered:
+        if path in error_text:
+            continue
+        if any(path in longer for longer in kept):
+            continue
+        kept.add(path)
+    return [p for p in paths if p in kept]

@@ -1,0 +1,318 @@
+"""The compaction frontier: where the part of the view that may be compacted ends.
+
+Everything before the frontier is old enough to compact (mask, trim, dedupe); everything from
+it on is the recency window and stays untouched. Providers cache a prompt's prefix, so the
+frontier must not creep forward one observation per request (that rewrites the prefix every
+time): it moves in *steps*. Observations pile up in the unprotected region until a whole step
+of them has gathered (the high watermark, `keep_recent + step`), then the frontier jumps past
+all of them at once (down to the low watermark, `keep_recent`). Between two jumps the view of
+a longer log is the previous view plus the new messages, and the cache keeps hitting.
+
+The frontier is a function of the messages alone (plus settings, counter and budget), never of
+how often compile ran, so a fresh process compiling a stored log gets the view a long-running
+one would. It is also the same on a compiled view as on the raw log: sizes are read from the
+markers that trimmed and masked parts carry, so compiling a view of a view changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
+
+from pydantic_ai.messages import ModelMessage, ModelRequest
+
+from pydantic_ai_context import _parts
+from pydantic_ai_context.budget import ContextBudget
+from pydantic_ai_context.tokens import TokenCounter
+from pydantic_ai_context.views import CompileContext
+
+__all__ = (
+    'Frontier',
+    'IdentityMemo',
+    'compaction_frontier',
+    'frontier_from',
+    'nominal_message_tokens',
+    'nominal_part_tokens',
+    'observation_indices',
+    'unresolved_failures',
+)
+
+_TEXT_TOKENS: dict[tuple[int, str], int] = {}
+_TEXT_TOKENS_SIZE: Final = 16_384
+
+V = TypeVar('V')
+
+
+class IdentityMemo(Generic[V]):
+    """Values computed from an object, remembered by the object's identity (plus a settings key).
+
+    The log's messages are the same objects from one compile to the next and are never changed
+    in place, so a policy can reuse what it computed (and even the new message it built, which
+    then keeps the token counter's memo warm). Entries hold the object, so its id is not reused.
+    """
+
+    def __init__(self, size: int = 20_000) -> None:
+        self._size = size
+        self._items: dict[tuple[int, Hashable], tuple[object, V]] = {}
+
+    def get(self, obj: object, key: Hashable = None) -> V | None:
+        found = self._items.get((id(obj), key))
+        if found is not None and found[0] is obj:
+            return found[1]
+        return None
+
+    def put(self, obj: object, value: V, key: Hashable = None) -> V:
+        if len(self._items) >= self._size:
+            self._items.clear()
+        self._items[(id(obj), key)] = (obj, value)
+        return value
+
+
+_NOMINAL: IdentityMemo[tuple[int, int]] = IdentityMemo()
+
+
+def _count_text(counter: TokenCounter, text: str) -> int:
+    # The counter memoises whole messages, not text; tool outputs are the same string objects
+    # from one compile to the next, and a string caches its hash, so this lookup is cheap.
+    key = (id(counter), text)
+    found = _TEXT_TOKENS.get(key)
+    if found is None:
+        if len(_TEXT_TOKENS) >= _TEXT_TOKENS_SIZE:
+            _TEXT_TOKENS.clear()
+        found = _TEXT_TOKENS[key] = counter.count_text(text) if text else 0
+    return found
+
+
+def nominal_part_tokens(part: Any, counter: TokenCounter) -> int:
+    """The tokens a part had before this package compacted it (its own size when untouched)."""
+    record = _parts.marker(part)
+    if record is not None:
+        original = record.get('tokens')
+        if isinstance(original, int):
+            return original
+    return _count_text(counter, _parts.part_text(part))
+
+
+def observation_indices(messages: Sequence[ModelMessage]) -> list[int]:
+    """Indices of the requests that carry tool results: one observation per agent step."""
+    return [i for i, m in enumerate(messages) if isinstance(m, ModelRequest) and _parts.tool_results(m)]
+
+
+def unresolved_failures(messages: Sequence[ModelMessage]) -> set[str]:
+    """`tool_call_id`s of failed tool results that no later step has resolved (invariant 5).
+
+    A failure of tool `T` is *resolved* once a later request holds a successful result of the
+    same tool `T`: the agent got past it, so the failure is history. Until then it stays visible.
+    """
+    succeeded_later: set[str] = set()
+    unresolved: set[str] = set()
+    for message in reversed(messages):
+        results = _parts.tool_results(message)
+        for part in results:
+            name = getattr(part, 'tool_name', None) or ''
+            if _parts.is_failed_result(part) and name not in succeeded_later:
+                unresolved.add(part.tool_call_id)
+        for part in results:
+            if not _parts.is_failed_result(part):
+                succeeded_later.add(getattr(part, 'tool_name', None) or '')
+    return unresolved
+
+
+def nominal_message_tokens(message: ModelMessage, counter: TokenCounter) -> int:
+    """The tokens of a message's parts before this package compacted them (tool-call arguments included)."""
+    return _nominal(message, counter)[0]
+
+
+def _observation_tokens(message: ModelMessage, counter: TokenCounter) -> int:
+    return _nominal(message, counter)[1]
+
+
+def _nominal(message: ModelMessage, counter: TokenCounter) -> tuple[int, int]:
+    """(all parts, tool results only), in nominal tokens; memoised per message and counter."""
+    found = _NOMINAL.get(message, id(counter))
+    if found is not None:
+        return found
+    record = _parts.marker(message) or {}
+    clipped = record.get('args_tokens')
+    clipped_args: dict[str, Any] = clipped if isinstance(clipped, dict) else {}
+    total = results = 0
+    for part in message.parts:
+        original = (
+            clipped_args.get(getattr(part, 'tool_call_id', None) or '') if _parts.is_tool_call(part) else None
+        )
+        tokens = original if isinstance(original, int) else nominal_part_tokens(part, counter)
+        total += tokens
+        if _parts.is_tool_result(part):
+            results += tokens
+    return _NOMINAL.put(message, (total, results), id(counter))
+
+
+def compaction_frontier(
+    messages: Sequence[ModelMessage],
+    *,
+    keep_recent: int | None = 3,
+    keep_recent_tokens: int | None = None,
+    step: int = 10,
+    counter: TokenCounter | None = None,
+    budget: ContextBudget | None = None,
+    escalate: bool = True,
+    min_recent: int = 1,
+    compacted_tokens: int = 80,
+) -> int:
+    """The index of the oldest message that must stay untouched; `messages[:index]` may be compacted.
+
+    Observations are the requests holding tool results. The newest `keep_recent` of them, and the
+    newest ones holding `keep_recent_tokens` of tool output, are protected (both limits apply when
+    both are set: the larger window wins). The older ones are compacted in whole multiples of `step`,
+    so the frontier only moves when `step` more observations have left the window. The frontier
+    always falls right after an observation request, never between a call and its result, and the
+    newest observation is always protected.
+
+    With a `budget` and `escalate`, if the view would still exceed the budget's soft threshold
+    after compaction (estimated: each compacted observation costing `compacted_tokens`), the
+    frontier advances by further whole steps, keeping at least `min_recent` observations.
+    """
+    if step < 1:
+        raise ValueError(f'step must be >= 1, got {step}')
+    obs = observation_indices(messages)
+    total = len(obs)
+    if total <= 1:
+        return 0
+    unprotected = total - 1
+    if keep_recent is not None:
+        unprotected = min(unprotected, total - keep_recent)
+    tokens: list[int] | None = None
+    if keep_recent_tokens is not None:
+        if counter is None:
+            raise ValueError('a token-based recency window needs a counter')
+        tokens = [_observation_tokens(messages[i], counter) for i in obs]
+        protected_tokens = 0
+        start = total
+        while start > 0 and protected_tokens < keep_recent_tokens:
+            start -= 1
+            protected_tokens += tokens[start]
+        unprotected = min(unprotected, start)
+    compacted = max(unprotected, 0) // step * step
+    if escalate and budget is not None and counter is not None:
+        compacted = _escalate(
+            messages, obs, compacted, tokens, step, counter, budget, min_recent, compacted_tokens
+        )
+    return obs[compacted - 1] + 1 if compacted > 0 else 0
+
+
+def _escalate(
+    messages: Sequence[ModelMessage],
+    obs: list[int],
+    compacted: int,
+    tokens: list[int] | None,
+    step: int,
+    counter: TokenCounter,
+    budget: ContextBudget,
+    min_recent: int,
+    compacted_tokens: int,
+) -> int:
+    # Estimated from nominal sizes (what parts held before compaction), so the estimate, and the
+    # frontier, are the same on the raw log and on a view compiled from it.
+    total = len(obs)
+    if compacted + step > total - min_recent:
+        return compacted
+    if tokens is None:
+        tokens = [_observation_tokens(messages[i], counter) for i in obs]
+    estimate = sum(nominal_message_tokens(m, counter) for m in messages)
+    estimate -= sum(max(t - compacted_tokens, 0) for t in tokens[:compacted])
+    soft = budget.soft_limit
+    while estimate > soft and compacted + step <= total - min_recent:
+        estimate -= sum(max(t - compacted_tokens, 0) for t in tokens[compacted : compacted + step])
+        compacted += step
+    return compacted
+
+
+@dataclass(frozen=True, kw_only=True)
+class Frontier:
+    """Where compaction stops: a recency window of observations or tokens, moved in cache-stable steps.
+
+    Pass the same `Frontier` to several policies (trim, mask, dedupe) so they compact the same
+    prefix and the view's cached prefix changes only at the frontier's jumps.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+        from pydantic_ai.messages import UserPromptPart as U
+
+        from pydantic_ai_context import CompileContext, HeuristicCounter
+        from pydantic_ai_context.policies._frontier import Frontier
+
+        log = [ModelRequest(parts=[U('go')])]
+        for i in range(7):
+            log.append(ModelResponse(parts=[ToolCallPart('ls', {}, tool_call_id=f'c{i}')]))
+            log.append(ModelRequest(parts=[ToolReturnPart('ls', 'a.py', tool_call_id=f'c{i}')]))
+        context = CompileContext(counter=HeuristicCounter())
+        frontier = Frontier(keep_recent=2, step=3)
+        assert frontier.locate(log, context) == 7  # 5 old observations: one whole step of 3 compacts
+        assert frontier.locate(log[:-2], context) == 7  # one fewer: still the same frontier
+        ```
+    """
+
+    keep_recent: int | None = 3
+    """Observations (requests with tool results) protected at the end of the view; `None`: no count limit."""
+    keep_recent_tokens: int | None = None
+    """Tokens of recent tool output protected (Gemini CLI style); `None`: no token limit."""
+    step: int = 10
+    """Observations the frontier moves by at once: larger steps keep the cached prefix longer."""
+    escalate: bool = True
+    """Under a budget, advance by further steps while the view would stay over the soft threshold."""
+    min_recent: int = 1
+    """Observations that stay protected however far the budget pushes the frontier."""
+    compacted_tokens: int = 80
+    """Estimated tokens of a compacted observation, for the budget escalation."""
+
+    def __post_init__(self) -> None:
+        if self.keep_recent is None and self.keep_recent_tokens is None:
+            raise ValueError('a frontier needs keep_recent, keep_recent_tokens, or both')
+        if self.step < 1:
+            raise ValueError(f'step must be >= 1, got {self.step}')
+        for name in ('keep_recent', 'keep_recent_tokens'):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f'{name} must be >= 0, got {value}')
+
+    def locate(self, messages: Sequence[ModelMessage], context: CompileContext) -> int:
+        """The index of the first message of the recency window in `messages`."""
+        return compaction_frontier(
+            messages,
+            keep_recent=self.keep_recent,
+            keep_recent_tokens=self.keep_recent_tokens,
+            step=self.step,
+            counter=context.counter,
+            budget=context.budget,
+            escalate=self.escalate,
+            min_recent=self.min_recent,
+            compacted_tokens=self.compacted_tokens,
+        )
+
+
+def frontier_from(
+    frontier: Frontier | None,
+    keep_recent: int | None,
+    keep_recent_tokens: int | None,
+    step: int | None,
+    *,
+    default: Frontier,
+) -> Frontier:
+    """The frontier a policy factory was given, or `default` adjusted by the shortcut settings."""
+    if frontier is not None:
+        if keep_recent is not None or keep_recent_tokens is not None or step is not None:
+            raise TypeError('pass either frontier or keep_recent/keep_recent_tokens/step, not both')
+        return frontier
+    changes: dict[str, Any] = {}
+    if keep_recent_tokens is not None:
+        # A token window alone means no count window, unless both are given.
+        changes['keep_recent_tokens'] = keep_recent_tokens
+        changes['keep_recent'] = keep_recent
+    elif keep_recent is not None:
+        changes['keep_recent'] = keep_recent
+    if step is not None:
+        changes['step'] = step
+    return dataclasses.replace(default, **changes) if changes else default

@@ -1,0 +1,491 @@
+"""`dedupe_reads`: when the agent reads the same thing again, older copies become a back-reference.
+
+Coding agents re-read files constantly: after an edit, after a test run, or just because the
+first read scrolled out of mind. Every copy costs its full size on every later request, yet only
+the newest one describes the resource as it is now. Claude Code and Codex treat a re-read the same
+way: the latest read supersedes what came before.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolReturnPart
+
+from pydantic_ai_context import _parts
+from pydantic_ai_context._facts import call_summary
+from pydantic_ai_context.views import CompileContext
+
+from ._base import SyncPolicy
+from ._frontier import Frontier, nominal_part_tokens
+
+__all__ = ('DedupeReads', 'ReadKey', 'dedupe_reads', 'read_key', 'read_path')
+
+ReadKey = Callable[[ToolCallPart], 'str | None']
+"""Says which resource a call reads: calls with the same key read the same thing; `None`: not a read."""
+
+MARKER_KIND: Final = 'superseded'
+
+REREAD_NOTE: Final = '[superseded: re-read later by call {id} ({summary}); content omitted]'
+REREAD_AFTER_WRITE_NOTE: Final = (
+    '[superseded: re-read later by call {id} ({summary}) after the file was modified; '
+    'this older content is omitted]'
+)
+IDENTICAL_NOTE: Final = '[duplicate: identical output to the later call {id} ({summary}); content omitted]'
+
+READ_TOOLS: Final = frozenset(
+    {
+        'read_file',
+        'readfile',
+        'read',
+        'view_file',
+        'open_file',
+        'cat',
+        'read_text_file',
+        'view',
+        'get_file_contents',
+    }
+)
+"""Tool names whose calls read the file named by a path argument."""
+
+EDITOR_TOOLS: Final = frozenset(
+    {'str_replace_editor', 'str_replace_based_edit_tool', 'text_editor', 'file_editor', 'edit_tool', 'editor'}
+)
+"""Editor tools (Anthropic / OpenHands style): a read when `command='view'`, a write otherwise."""
+
+SHELL_TOOLS: Final = frozenset(
+    {
+        'bash',
+        'execute_bash',
+        'shell',
+        'run_shell_command',
+        'terminal',
+        'run_command',
+        'exec',
+        'execute_command',
+    }
+)
+"""Shell tools: a read when the command is a plain `cat`/`head`/`tail`/`sed -n`/`nl` of one file."""
+
+WRITE_TOOLS: Final = frozenset(
+    {
+        'write_file',
+        'write',
+        'edit_file',
+        'edit',
+        'create_file',
+        'replace',
+        'multi_edit',
+        'apply_patch',
+        'patch',
+    }
+)
+"""Tool names whose calls change the file named by a path argument."""
+
+PATH_ARGS: Final = ('path', 'file_path', 'filename', 'file', 'filepath', 'absolute_path', 'target_file')
+RANGE_ARGS: Final = (
+    'view_range',
+    'offset',
+    'limit',
+    'start_line',
+    'end_line',
+    'line_start',
+    'line_end',
+    'lines',
+)
+
+_READ_COMMANDS: Final = frozenset({'cat', 'head', 'tail', 'sed', 'nl'})
+_OPTION_VALUES: Final = {
+    'head': frozenset({'-n', '-c', '--lines', '--bytes'}),
+    'tail': frozenset({'-n', '-c', '--lines', '--bytes'}),
+    'sed': frozenset({'-e', '-l'}),
+    'nl': frozenset({'-b', '-w', '-s', '-v', '-i', '-n'}),
+}
+_SHELL_META_RE: Final = re.compile(r'[;&<>`$]|\|\|')
+_SHELL_WRITE_RE: Final = re.compile(
+    r'>|\bsed\s+(?:-\w+\s+)*-i|\btee\b|\bmv\b|\bcp\b|\brm\b|\bpatch\b|\bgit\s+(?:apply|checkout|stash)'
+)
+_HASH_MEMO: dict[str, str] = {}
+_HASH_MEMO_SIZE: Final = 8192
+
+
+def _tool(call: ToolCallPart) -> str:
+    # MCP servers prefix tool names (`filesystem__read_file`, `fs.read_file`); the suffix is the tool.
+    return re.split(r'__|\.|/', call.tool_name.lower())[-1]
+
+
+def _path_arg(args: dict[str, Any]) -> str | None:
+    for name in PATH_ARGS:
+        value = args.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _range(args: dict[str, Any]) -> str:
+    shown = {name: args[name] for name in RANGE_ARGS if args.get(name) is not None}
+    return f'#{json.dumps(shown, sort_keys=True)}' if shown else ''
+
+
+def _shell_read(command: str) -> tuple[str, str] | None:
+    """(normalized command, path) when `command` only prints (part of) one file, else None."""
+    if '\n' in command.strip() or _SHELL_META_RE.search(command):
+        return None
+    try:
+        stages = [shlex.split(stage) for stage in command.split('|')]
+    except ValueError:
+        return None
+    if not 1 <= len(stages) <= 2 or any(not w or w[0] not in _READ_COMMANDS or _in_place(w) for w in stages):
+        return None
+    operands = [_operands(w) for w in stages]
+    # One file, read by the first command; a second one (`nl -ba f | sed -n '5,9p'`) reads its stdin.
+    if len(operands[0]) != 1 or any(operands[1:]):
+        return None
+    return ' | '.join(' '.join(w) for w in stages), operands[0][0]
+
+
+def _in_place(words: list[str]) -> bool:
+    return words[0] == 'sed' and any(a.startswith(('-i', '--in-place')) for a in words[1:])
+
+
+def _operands(words: list[str]) -> list[str]:
+    """The file arguments of one read command (options, their values and a sed script left out)."""
+    takes_value = _OPTION_VALUES.get(words[0], frozenset())
+    needs_script = words[0] == 'sed' and '-e' not in words
+    out: list[str] = []
+    skip = False
+    for arg in words[1:]:
+        if skip:
+            skip = False
+        elif arg in takes_value:
+            skip = True
+        elif arg.startswith('-') and arg != '-':
+            continue
+        elif needs_script:
+            needs_script = False
+        else:
+            out.append(arg)
+    return out
+
+
+def read_key(call: ToolCallPart) -> str | None:
+    """The default `key`: which resource a call reads, for common file-reading tools; None if not a read.
+
+    - `read_file`, `view_file`, `open_file`, `cat`, ... with a path argument (plus any range arguments);
+    - editor tools (`str_replace_editor` and variants) with `command='view'` (path + `view_range`);
+    - shell tools (`bash`, `execute_bash`, ...) running a plain `cat`, `head`, `tail`, `sed -n` or
+      `nl` on one file, optionally piped into one more of those.
+
+    A key is `<tool>:<resource>`, followed by `#<range>` when the call reads only part of it
+    (`view_range`, `offset`, `head -n 5`...). A newer read of the whole resource (the key without
+    `#`) supersedes older reads of any range of it; a newer ranged read supersedes only the same range.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ToolCallPart
+
+        from pydantic_ai_context.policies.dedupe import read_key
+
+        view = ToolCallPart('str_replace_editor', {'command': 'view', 'path': '/repo/a.py'})
+        assert read_key(view) == 'str_replace_editor:view:/repo/a.py'
+        sed = ToolCallPart('bash', {'command': "sed -n '10,20p' a.py"})
+        assert read_key(sed) == 'bash:a.py#sed -n 10,20p a.py'
+        assert read_key(ToolCallPart('bash', {'command': 'cat a.py'})) == 'bash:a.py'
+        assert read_key(ToolCallPart('bash', {'command': 'pytest -q'})) is None
+        ```
+    """
+    found = _read(call)
+    return found[0] if found else None
+
+
+def read_path(call: ToolCallPart) -> str | None:
+    """The file a call reads, for the calls `read_key` recognises; None otherwise."""
+    found = _read(call)
+    return found[1] if found else None
+
+
+def _read(call: ToolCallPart) -> tuple[str, str] | None:
+    tool = _tool(call)
+    args = _parts.args_dict(call)
+    if tool in READ_TOOLS:
+        path = _path_arg(args)
+        return (f'{call.tool_name}:{path}{_range(args)}', path) if path else None
+    if tool in EDITOR_TOOLS:
+        path = _path_arg(args)
+        if args.get('command') == 'view' and path:
+            return f'{call.tool_name}:view:{path}{_range(args)}', path
+        return None
+    if tool in SHELL_TOOLS:
+        command = args.get('command', args.get('cmd'))
+        if isinstance(command, str):
+            found = _shell_read(command)
+            if found:
+                normalized, path = found
+                # `cat f` and `nl -ba f` print the whole file; anything else prints a range of it.
+                whole = normalized.split(' ', 1)[0] in {'cat', 'nl'} and '|' not in normalized
+                return f'{call.tool_name}:{path}' + ('' if whole else f'#{normalized}'), path
+    return None
+
+
+def _writes_to(call: ToolCallPart, path: str) -> bool:
+    """Whether `call` may change the file at `path` (editor edits, write tools, shell redirections...)."""
+    tool = _tool(call)
+    args = _parts.args_dict(call)
+    if tool in EDITOR_TOOLS:
+        return args.get('command') != 'view' and _same_file(_path_arg(args), path)
+    if tool in WRITE_TOOLS:
+        return _same_file(_path_arg(args), path) or path in _parts.args_text(call)
+    if tool in SHELL_TOOLS:
+        command = args.get('command', args.get('cmd'))
+        name = path.rsplit('/', 1)[-1]
+        return isinstance(command, str) and name in command and _SHELL_WRITE_RE.search(command) is not None
+    return False
+
+
+def _same_file(a: str | None, b: str) -> bool:
+    # Agents mix absolute and relative spellings of one file (`/testbed/a/b.py` and `a/b.py`).
+    return a is not None and (a == b or a.endswith('/' + b.lstrip('./')) or b.endswith('/' + a.lstrip('./')))
+
+
+def _content_hash(text: str) -> str:
+    found = _HASH_MEMO.get(text)
+    if found is None:
+        if len(_HASH_MEMO) >= _HASH_MEMO_SIZE:
+            _HASH_MEMO.clear()
+        found = _HASH_MEMO[text] = hashlib.blake2b(
+            text.encode('utf-8', 'surrogatepass'), digest_size=12
+        ).hexdigest()
+    return found
+
+
+@dataclass
+class _Result:
+    index: int
+    """Index of the request holding the result."""
+    part: Any
+    call: ToolCallPart | None
+    key: str | None
+    path: str | None
+    hash: str | None
+    usable: bool
+    """A successful result that a newer copy may supersede, or that may supersede an older one."""
+
+
+@dataclass(kw_only=True)
+class DedupeReads(SyncPolicy):
+    """Replace older copies of a re-read resource, and older identical tool outputs, by a back-reference.
+
+    Two results are copies when their calls read the same resource (`key`, e.g. the same file
+    viewed with the same range) or when the same tool returned the very same content. The older
+    copy keeps its `tool_call_id` and tool name; its content becomes
+    `[superseded: re-read later by call <id> (<call>); content omitted]` (or `[duplicate: ...]`)
+    pointing at the next copy, so each placeholder stays the same however many copies follow.
+
+    A write to the file between two reads (an editor edit, a write tool, a shell redirection or
+    `sed -i` naming it) does not stop the older read from being superseded: the newer read shows
+    the file as it is now, which is what the agent needs (the same rule as Claude Code and Codex).
+    The placeholder says the file was modified in between. Set `across_writes=False` to keep reads
+    of older versions instead.
+
+    Never touched: failed results (the newer copy must succeed too), pinned parts, results already
+    compacted by another policy, results below `min_tokens`, and the recency window. For prompt-cache
+    stability a copy is superseded only once its *newer* copy has left the recency window, and the
+    window moves in steps (`policies._frontier.Frontier`; pass a profile's shared `frontier` so
+    dedupe moves with trim and mask).
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+        from pydantic_ai.messages import UserPromptPart
+
+        from pydantic_ai_context.policies.dedupe import dedupe_reads
+
+        source = 'def main():\\n' + '    print("hello")\\n' * 40
+        log = [ModelRequest(parts=[UserPromptPart('Fix main.py')])]
+        for i in range(4):  # the agent reads main.py twice, then runs two commands
+            read = i < 2
+            name, args, output = ('read_file', {'path': 'main.py'}, source) if read else ('ls', {}, str(i))
+            log.append(ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=f'c{i}')]))
+            log.append(ModelRequest(parts=[ToolReturnPart(name, output, tool_call_id=f'c{i}')]))
+        view = dedupe_reads(keep_recent=1, step=1)(log)
+        assert view[2].parts[0].content.startswith('[superseded: re-read later by call c1')
+        assert view[4].parts[0].content == source  # the newest copy stays
+        ```
+    """
+
+    name: str = 'dedupe_reads'
+    """The step's name in a profile's chain."""
+    key: ReadKey = read_key
+    """Which resource a call reads (`None`: not a read); the default knows file, editor and shell tools."""
+    identical_outputs: bool = True
+    """Also collapse the same tool returning exactly the same content, whatever the call."""
+    across_writes: bool = True
+    """Supersede a read even when the file was written between it and the re-read."""
+    keep_recent: int = 3
+    """Observations (requests with tool results) at the end of the view that are never touched."""
+    step: int = 5
+    """Observations the frontier moves by at once, so the cached prompt prefix changes only in steps."""
+    frontier: Frontier | None = None
+    """A shared frontier (from a profile); when set, it replaces `keep_recent` and `step`."""
+    min_tokens: int = 64
+    """Copies smaller than this stay: a back-reference would save little and still change the prefix."""
+
+    def __post_init__(self) -> None:
+        self._frontier()  # validates keep_recent and step now rather than at the first compile
+
+    def _frontier(self) -> Frontier:
+        return self.frontier or Frontier(keep_recent=self.keep_recent, step=self.step)
+
+    def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
+        frontier = self._frontier().locate(messages, context)
+        if frontier == 0:
+            return list(messages)
+        replaced = self._supersede(messages, frontier, context)
+        if not replaced:
+            return list(messages)
+        out = list(messages)
+        for index in sorted({i for i, _ in replaced}):
+            message = messages[index]
+            out[index] = _parts.replace_parts(
+                message, [replaced.get((index, id(p)), p) for p in message.parts]
+            )
+        n = len(replaced)
+        context.note(
+            f'superseded {n} older cop{"y" if n == 1 else "ies"} of re-read or repeated output', superseded=n
+        )
+        return out
+
+    def _identify(self, call: ToolCallPart | None) -> tuple[str | None, str | None]:
+        """(key, path read) of a call; the path is known only for the default key."""
+        if call is None:
+            return None, None
+        if self.key is read_key:
+            found = _read(call)
+            return found if found is not None else (None, None)
+        return self.key(call), None
+
+    @staticmethod
+    def _newer_read(key: str | None, newer_by_key: dict[str, _Result]) -> _Result | None:
+        """The nearest newer read of the same resource: same key, or all of what `key` is a range of."""
+        if key is None:
+            return None
+        same = newer_by_key.get(key)
+        base = key.split('#', 1)[0]
+        whole = newer_by_key.get(base) if base != key else None
+        if same is None or whole is None:
+            return same or whole
+        return same if same.index < whole.index else whole
+
+    def _results(self, messages: Sequence[ModelMessage], frontier: int) -> list[_Result]:
+        out: list[_Result] = []
+        for i, message in enumerate(messages[:frontier]):
+            if not isinstance(message, ModelRequest):
+                continue
+            prev = messages[i - 1] if i > 0 else None
+            calls = {c.tool_call_id: c for c in _parts.tool_calls(prev)} if prev is not None else {}
+            for part in _parts.tool_results(message):
+                call = calls.get(part.tool_call_id)
+                key, path = self._identify(call)
+                usable = (
+                    call is not None
+                    and type(part) is ToolReturnPart
+                    and not _parts.is_failed_result(part)
+                    and not _parts.is_pinned(part)
+                )
+                record = _parts.marker(part)
+                content_hash: str | None = None
+                if usable and self.identical_outputs:
+                    if record is None:
+                        content_hash = _content_hash(_parts.tool_content_text(part.content))
+                    elif record.get('kind') == MARKER_KIND and isinstance(record.get('hash'), str):
+                        # Our own placeholder: the hash of what it replaced keeps it a link in the chain.
+                        content_hash = record['hash']
+                out.append(_Result(i, part, call, key, path, content_hash, usable))
+        return out
+
+    def _supersede(
+        self, messages: Sequence[ModelMessage], frontier: int, context: CompileContext
+    ) -> dict[tuple[int, int], Any]:
+        """New parts by (request index, id(old part)), walking from the newest result to the oldest.
+
+        Each copy points at the *next* copy, not the newest: its placeholder then never changes as
+        more copies arrive, and the cached prefix holding it stays valid.
+        """
+        writes = _write_calls(messages[:frontier])
+        write_at = [i for i, _ in writes]
+        newer_by_key: dict[str, _Result] = {}
+        newer_by_hash: dict[tuple[str, str], _Result] = {}
+        replaced: dict[tuple[int, int], Any] = {}
+        for result in reversed(self._results(messages, frontier)):
+            if not result.usable or result.call is None:
+                continue
+            target = self._newer_read(result.key, newer_by_key)
+            note = REREAD_NOTE
+            if target is not None and result.path is not None:
+                lo, hi = (
+                    bisect.bisect_right(write_at, result.index),
+                    bisect.bisect_left(write_at, target.index),
+                )
+                if any(_writes_to(call, result.path) for _, call in writes[lo:hi]):
+                    note = REREAD_AFTER_WRITE_NOTE
+                    if not self.across_writes:
+                        target = None
+            hash_key = (result.call.tool_name, result.hash) if result.hash is not None else None
+            if target is None and hash_key is not None:
+                target = newer_by_hash.get(hash_key)
+                note = IDENTICAL_NOTE
+            if result.key is not None:
+                newer_by_key[result.key] = result
+            if hash_key is not None:
+                newer_by_hash[hash_key] = result
+            if target is None or target.call is None or _parts.marker(result.part) is not None:
+                continue
+            tokens = nominal_part_tokens(result.part, context.counter)
+            text = note.format(id=target.call.tool_call_id, summary=call_summary(target.call, max_len=100))
+            if tokens < self.min_tokens or context.counter.count_text(text) >= tokens:
+                continue
+            record: dict[str, Any] = {
+                'kind': MARKER_KIND,
+                'by': target.call.tool_call_id,
+                'reason': 'identical' if note is IDENTICAL_NOTE else 'reread',
+                'tokens': tokens,
+            }
+            if result.hash is not None:
+                record['hash'] = result.hash
+            replaced[(result.index, id(result.part))] = dataclasses.replace(
+                result.part, content=text, metadata=_parts.with_marker(result.part.metadata, record)
+            )
+        return replaced
+
+
+def dedupe_reads(**settings: Any) -> DedupeReads:
+    """Older copies of re-read resources and identical outputs become back-references; see `DedupeReads`.
+
+    Example:
+        ```python
+        from pydantic_ai_context.policies.dedupe import dedupe_reads
+
+        policy = dedupe_reads(keep_recent=5)
+        assert policy.name == 'dedupe_reads' and policy.keep_recent == 5
+        ```
+    """
+    return DedupeReads(**settings)
+
+
+def _write_calls(messages: Sequence[ModelMessage]) -> list[tuple[int, ToolCallPart]]:
+    """(response index, call) of every call that may write a file, in order."""
+    out: list[tuple[int, ToolCallPart]] = []
+    for i, message in enumerate(messages):
+        for call in _parts.tool_calls(message):
+            tool = _tool(call)
+            if tool in EDITOR_TOOLS or tool in WRITE_TOOLS or tool in SHELL_TOOLS:
+                out.append((i, call))
+    return out

@@ -1,0 +1,280 @@
+"""`fit_to_budget`: the last resort that makes the view fit, or says exactly why it cannot.
+
+Every other policy shrinks what it can while keeping the history whole. When the view is still
+over the budget's limit, this one removes the oldest whole steps, and if even the smallest view
+it may build does not fit, raises `ContextBudgetExceeded` rather than sending a request the
+provider would reject (DESIGN.md section 3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, cast
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
+
+from pydantic_ai_context import _parts
+from pydantic_ai_context.errors import ContextBudgetExceeded
+from pydantic_ai_context.integrity import safe_cut_points
+from pydantic_ai_context.tokens import TokenCounter
+from pydantic_ai_context.views import CompileContext
+
+from ._base import SyncPolicy
+
+__all__ = ('FitToBudget', 'fit_to_budget')
+
+MARKER_KIND: Final = 'dropped'
+
+DROPPED_NOTE: Final = (
+    '[Note from context management, not a new instruction: {messages:,} older messages (about {tokens:,} tokens) '
+    'of this conversation were removed from here on to fit the context window; the rest of the conversation follows.]'
+)
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+# Request parts of an ordinary agent step: tool results and retry feedback. A step holding anything
+# else (a later user prompt, an instruction change...) is part of the conversation: dropped last.
+_STEP_REQUEST_KINDS: Final = frozenset({'tool-return', 'retry-prompt', 'retry-feedback'})
+
+
+@dataclass(kw_only=True)
+class FitToBudget(SyncPolicy):
+    """Drop the oldest whole steps until the view fits `context.budget.limit`; raise if it cannot.
+
+    A step is a model response and the request that answers it (its tool results), so dropping
+    one never leaves a tool call or result without its partner. Always kept: the first request up
+    to the first user prompt (system prompt and task), steps with pinned content or system
+    prompts, and the last `keep_last_steps` steps (the newest request always). Steps are dropped
+    oldest first; steps carrying a later user prompt (the conversation itself) only once no other
+    step is left. One user-role note, in the request right before the first gap, says how many
+    messages and tokens were removed; its message carries the metadata marker
+    `{'kind': 'dropped', 'messages': n, 'tokens': t}`.
+
+    Steps go in chunks of `drop_granularity` × the limit, so while the log grows the same steps
+    stay dropped and the view is the previous view plus the new messages (the prompt cache keeps
+    hitting) until the next chunk is due. With no budget in the context, nothing happens.
+
+    Raises:
+        ContextBudgetExceeded: even with every droppable step gone the view is over the limit;
+            `detail` names what is left and, when one message alone exceeds the limit, which.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, UserPromptPart
+
+        from pydantic_ai_context import ContextBudget, HeuristicCounter
+        from pydantic_ai_context.policies.fit import fit_to_budget
+        from pydantic_ai_context.views import CompileContext
+
+        log = [ModelRequest(parts=[UserPromptPart('Summarise the logs.')])]
+        for i in range(20):
+            log.append(ModelResponse(parts=[ToolCallPart('read_log', {'n': i}, tool_call_id=f'c{i}')]))
+            log.append(ModelRequest(parts=[ToolReturnPart('read_log', f'entry {i} ' * 300, tool_call_id=f'c{i}')]))
+        context = CompileContext(counter=HeuristicCounter(), budget=ContextBudget(context_window=12_000))
+        view = fit_to_budget().apply(log, context)
+        assert context.counter.count_messages(view) <= context.budget.limit
+        assert view[0].parts[0].content == 'Summarise the logs.'  # the task stays
+        assert 'older messages' in view[0].parts[-1].content  # the note on what was removed
+        assert view[-1] is log[-1]  # the newest step stays
+        ```
+    """
+
+    name: str = 'fit_to_budget'
+    """The step's name in a profile's chain."""
+    keep_last_steps: int = 2
+    """Steps (response + following request) at the end of the view that are never dropped (at least 1)."""
+    drop_granularity: float = 0.05
+    """Steps are dropped in chunks of this share of the limit (0 drops just enough, at the cost of cache hits)."""
+
+    def __post_init__(self) -> None:
+        if self.keep_last_steps < 0:
+            raise ValueError(f'keep_last_steps must be >= 0, got {self.keep_last_steps}')
+        if not 0 <= self.drop_granularity < 1:
+            raise ValueError(f'drop_granularity must be in [0, 1), got {self.drop_granularity}')
+
+    def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
+        budget = context.budget
+        if budget is None or not messages:
+            return list(messages)
+        counter = context.counter
+        used = counter.count_messages(messages)
+        limit = budget.limit
+        if used <= limit:
+            return list(messages)
+        plan = _Plan.of(messages, keep_last_steps=max(self.keep_last_steps, 1))
+        sizes = [sum(counter.count_message(m) for m in messages[s:e]) for s, e in plan.units]
+        quantum = max(1, math.floor(limit * self.drop_granularity))
+        target = math.ceil((used - limit) / quantum) * quantum
+        dropped: set[int] = set()
+        freed = 0
+        view = list(messages)
+        for unit in plan.order:
+            if freed < target:
+                dropped.add(unit)
+                freed += sizes[unit]
+                continue
+            # The chunk is dropped; the note and per-message framing may still leave it a little over.
+            view = plan.build(dropped, sizes)
+            if counter.count_messages(view) <= limit:
+                break
+            dropped.add(unit)
+            freed += sizes[unit]
+        view = plan.build(dropped, sizes)
+        final = counter.count_messages(view)
+        if final > limit:
+            raise ContextBudgetExceeded(
+                final, limit, detail=plan.explain(view, dropped, counter, limit), policy=self.name
+            )
+        n = sum(plan.units[u][1] - plan.units[u][0] for u in dropped)
+        context.note(
+            f'dropped {n} oldest messages ({freed:,} tokens) to fit the limit of {limit:,} tokens',
+            dropped_messages=n,
+            dropped_tokens=freed,
+        )
+        return view
+
+
+def fit_to_budget(**settings: Any) -> FitToBudget:
+    """Drop the oldest whole steps until the view fits the budget, else raise; see `FitToBudget`.
+
+    Example:
+        ```python
+        from pydantic_ai_context.policies.fit import fit_to_budget
+
+        policy = fit_to_budget(keep_last_steps=4)
+        assert policy.name == 'fit_to_budget' and policy.keep_last_steps == 4
+        ```
+    """
+    return FitToBudget(**settings)
+
+
+@dataclass
+class _Plan:
+    """The view cut into a kept head, droppable steps (`units`) and the order to drop them in."""
+
+    messages: Sequence[ModelMessage]
+    head_end: int
+    """`messages[:head_end]` is the framing, always kept."""
+    units: list[tuple[int, int]]
+    """(start, end) of each step after the head; a step starts at a response at a safe cut point."""
+    order: list[int]
+    """Indices into `units`, in the order they may be dropped; units not listed are never dropped."""
+    protected: int
+    """How many units at the end form the recency window."""
+
+    @classmethod
+    def of(cls, messages: Sequence[ModelMessage], *, keep_last_steps: int) -> _Plan:
+        first_prompt = next((i for i, m in enumerate(messages) if _parts.has_user_prompt(m)), None)
+        if first_prompt is None:
+            first_prompt = next((i for i, m in enumerate(messages) if isinstance(m, ModelRequest)), 0)
+        head_end = first_prompt + 1
+        cuts = set(safe_cut_points(messages))
+        starts = [
+            i for i in range(head_end, len(messages)) if isinstance(messages[i], ModelResponse) and i in cuts
+        ]
+        units = list(zip(starts, [*starts[1:], len(messages)], strict=True)) if starts else []
+        if starts:
+            # Messages between the head and the first step (only in a malformed view) stay with the head.
+            head_end = starts[0]
+        candidates = range(max(len(units) - keep_last_steps, 0))
+        steps = [u for u in candidates if _kind(messages, units[u]) == 'step']
+        conversation = [u for u in candidates if _kind(messages, units[u]) == 'conversation']
+        return cls(messages, head_end, units, steps + conversation, min(keep_last_steps, len(units)))
+
+    def build(self, dropped: set[int], sizes: list[int]) -> list[ModelMessage]:
+        if not dropped:
+            return list(self.messages)
+        out: list[ModelMessage] = list(self.messages[: self.head_end])
+        note_at: int | None = None
+        for u, (start, end) in enumerate(self.units):
+            if u in dropped:
+                if note_at is None:
+                    note_at = len(out) - 1
+                continue
+            out.extend(self.messages[start:end])
+        n = sum(self.units[u][1] - self.units[u][0] for u in dropped)
+        tokens = sum(sizes[u] for u in dropped)
+        assert note_at is not None
+        return _with_note(out, note_at, n, tokens)
+
+    def explain(self, view: list[ModelMessage], dropped: set[int], counter: TokenCounter, limit: int) -> str:
+        """Why the smallest view does not fit: what it still holds, and any message too large on its own."""
+        newest = len(self.messages) - 1
+        newest_tokens = counter.count_message(self.messages[newest])
+        if newest_tokens > limit:
+            kind = 'request' if isinstance(self.messages[newest], ModelRequest) else 'message'
+            return (
+                f'the newest {kind} alone is {newest_tokens:,} tokens (message {newest}), '
+                f'more than the limit of {limit:,}'
+            )
+        head = sum(counter.count_message(m) for m in self.messages[: self.head_end])
+        recent_units = self.units[len(self.units) - self.protected :]
+        recent = sum(counter.count_message(m) for s, e in recent_units for m in self.messages[s:e])
+        detail = (
+            f'after dropping {len(dropped)} of {len(self.units)} steps, the view still holds the task framing '
+            f'({head:,} tokens), the last {self.protected} steps ({recent:,} tokens) and '
+            f'{len(self.units) - self.protected - len(dropped)} steps that must stay (pinned or system prompts)'
+        )
+        largest = max(range(len(self.messages)), key=lambda i: counter.count_message(self.messages[i]))
+        largest_tokens = counter.count_message(self.messages[largest])
+        if largest_tokens > limit:
+            detail += f'; message {largest} alone is {largest_tokens:,} tokens'
+        return detail
+
+
+def _kind(messages: Sequence[ModelMessage], unit: tuple[int, int]) -> str:
+    """'never' (pinned, system prompt), 'conversation' (a later user prompt, unknown parts) or 'step'."""
+    kind = 'step'
+    for message in messages[unit[0] : unit[1]]:
+        if _parts.message_pinned(message) or _parts.has_system_prompt(message):
+            return 'never'
+        if isinstance(message, ModelRequest) and any(
+            getattr(p, 'part_kind', None) not in _STEP_REQUEST_KINDS for p in message.parts
+        ):
+            kind = 'conversation'
+    return kind
+
+
+def _with_note(view: list[ModelMessage], at: int, messages: int, tokens: int) -> list[ModelMessage]:
+    """`view` with the note on what was dropped in the request at `at` (merging an earlier note)."""
+    for i, message in enumerate(view):
+        record = _parts.marker(message)
+        if record is not None and record.get('kind') == MARKER_KIND:
+            # A view of a view under a smaller budget: one note for everything removed.
+            messages += int(record.get('messages', 0))
+            tokens += int(record.get('tokens', 0))
+            view[i] = _without_note(message, record)
+    target = view[at]
+    note = DROPPED_NOTE.format(messages=messages, tokens=tokens)
+    record = {'kind': MARKER_KIND, 'messages': messages, 'tokens': tokens, 'note': note}
+    if isinstance(target, ModelRequest):
+        # A fixed timestamp: the view must be the same, byte for byte, every time it is compiled.
+        stamp = target.timestamp or next(
+            (p.timestamp for p in target.parts if hasattr(p, 'timestamp')), _EPOCH
+        )
+        view[at] = dataclasses.replace(
+            target,
+            parts=[*target.parts, UserPromptPart(note, timestamp=stamp)],
+            metadata=_parts.with_marker(target.metadata, record),
+        )
+    else:
+        # Only in a malformed view (two responses in a row): the note gets a request of its own.
+        request = ModelRequest(
+            parts=[UserPromptPart(note, timestamp=_EPOCH)],
+            metadata=_parts.with_marker(None, record),
+            run_id=getattr(target, 'run_id', None),
+        )
+        view.insert(at + 1, request)
+    return view
+
+
+def _without_note(message: ModelMessage, record: dict[str, Any]) -> ModelMessage:
+    note = record.get('note')
+    parts = [p for p in message.parts if not (isinstance(p, UserPromptPart) and p.content == note)]
+    meta = {k: v for k, v in (message.metadata or {}).items() if k != _parts.META_KEY}
+    stripped: ModelMessage = dataclasses.replace(cast(Any, message), parts=parts, metadata=meta or None)
+    return stripped

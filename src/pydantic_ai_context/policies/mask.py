@@ -1,0 +1,206 @@
+"""`mask_observations`: old tool results become one-line digests of their execution facts."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolReturnPart
+
+from pydantic_ai_context import _facts, _parts
+from pydantic_ai_context.views import CompileContext
+
+from ._base import SyncPolicy
+from ._frontier import Frontier, IdentityMemo, frontier_from, nominal_part_tokens, unresolved_failures
+
+__all__ = ('DEFAULT_EXCLUDED_TOOLS', 'MaskObservations', 'mask_observations')
+
+MASKED: Final = 'masked'
+
+DEFAULT_EXCLUDED_TOOLS: Final = frozenset({'think', 'task_tracker', 'todo_write', 'update_plan'})
+"""Tools whose results stay: they echo the agent's own plan or thoughts, which masking must not hide."""
+
+_UPGRADABLE: Final = frozenset({'trimmed', 'clamped'})
+"""Marker kinds whose (shortened) results may still be masked."""
+
+
+def _default_frontier() -> Frontier:
+    return Frontier()
+
+
+@dataclass(kw_only=True)
+class MaskObservations(SyncPolicy):
+    """Replace tool results older than the recency window by a digest of what the execution established.
+
+    Each masked result keeps its `tool_call_id`, tool name and outcome; its content becomes one
+    line such as `[output masked] execute_bash(command='pytest -q') → error, exit 1, 214 lines,
+    ~2,100 tokens; paths: src/io.py; errors: FAILED tests/test_io.py::test_vla - AssertionError`.
+    The agent's own reasoning and actions (every response) stay as they are, like SWE-agent's
+    observation masking.
+
+    Left alone: results of `exclude_tools`; results whose digest would not be shorter; pinned
+    content; results already masked; and failed results that are not yet *resolved*. A failure of
+    tool `T` is resolved by a later successful result of `T` that has itself left the recency
+    window, so whether a failure is masked changes only when the frontier moves. Results trimmed
+    by `trim_tool_outputs` are masked too (their digest reports the original size).
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+        from pydantic_ai.messages import UserPromptPart as U
+
+        from pydantic_ai_context.policies.mask import mask_observations
+
+        log = [ModelRequest(parts=[U('fix the failing test')])]
+        for i in range(4):
+            call = ToolCallPart('bash', {'command': f'pytest tests/test_{i}.py'}, tool_call_id=f'c{i}')
+            log.append(ModelResponse(parts=[call]))
+            output = f'FAILED tests/test_{i}.py::test_x - AssertionError\\n' + 'collected 1 item\\n' * 40
+            log.append(ModelRequest(parts=[ToolReturnPart('bash', output, tool_call_id=f'c{i}')]))
+        view = mask_observations(keep_recent=2, step=2)(log)
+        masked = view[2].parts[0].content
+        assert masked.startswith("[output masked] bash(command='pytest tests/test_0.py') → ok")
+        assert 'FAILED tests/test_0.py::test_x - AssertionError' in masked
+        assert view[-1] is log[-1]
+        ```
+    """
+
+    name: str = 'mask_observations'
+    """The step's name in a profile's chain."""
+    frontier: Frontier = field(default_factory=_default_frontier)
+    """Where the recency window starts; share one `Frontier` between policies to move them together."""
+    exclude_tools: frozenset[str] = DEFAULT_EXCLUDED_TOOLS
+    """Tool names whose results are never masked."""
+    prefix: str = '[output masked] '
+    """Text before each digest, telling the model the output was removed (it can run the call again)."""
+    max_paths: int = 128
+    """File paths listed in a digest."""
+    max_errors: int = 8
+    """Error lines listed in a digest."""
+    skip_seen_facts: bool = True
+    """Leave out of a digest the paths and error lines the view already shows in an earlier message."""
+    _memo: IdentityMemo[Any] = field(default_factory=IdentityMemo[Any], init=False, repr=False, compare=False)
+
+    def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
+        frontier = self.frontier.locate(messages, context)
+        if frontier == 0:
+            return messages
+        # Only what has left the window can resolve a failure: the decision then moves with the frontier.
+        failures = unresolved_failures(messages[:frontier])
+        out = list(messages)
+        masked = 0
+        # Facts the view already shows before the current message: a digest need not list them again.
+        seen: set[str] = set()
+        for i in range(frontier):
+            message = messages[i]
+            if (
+                isinstance(message, ModelRequest)
+                and not _parts.message_pinned(message)
+                and _parts.tool_results(message)
+            ):
+                previous = messages[i - 1] if i > 0 else None
+                results = _parts.tool_results(message)
+                kept = frozenset(p.tool_call_id for p in results if p.tool_call_id in failures)
+                shown = frozenset().union(
+                    *(_facts.facts_in_text(_parts.part_text(p)) & seen for p in results)
+                )
+                key = (kept, shown, id(previous), id(context.counter))
+                found = self._memo.get(message, key)
+                if found is None or found[0] is not previous:
+                    new_message = self._mask_request(message, previous, kept, shown, context)
+                    found = self._memo.put(message, (previous, new_message), key)
+                if found[1] is not message:
+                    out[i] = found[1]
+                    masked += 1
+            if self.skip_seen_facts:
+                seen |= self._visible_facts(out[i])
+        if masked:
+            context.note(
+                f'{masked} tool results before message {frontier} masked', masked=masked, frontier=frontier
+            )
+        return out
+
+    def _mask_request(
+        self,
+        message: ModelRequest,
+        previous: ModelMessage | None,
+        kept: frozenset[str],
+        shown: frozenset[str],
+        context: CompileContext,
+    ) -> ModelRequest:
+        # A valid view holds each result's call in the response right before it.
+        calls = {c.tool_call_id: c for c in _parts.tool_calls(previous)} if previous is not None else {}
+        parts: list[Any] = list(message.parts)
+        changed = False
+        for j, part in enumerate(parts):
+            if self._may_mask(part, kept):
+                new_part = self._mask(part, calls.get(part.tool_call_id), shown, context)
+                if new_part is not None:
+                    parts[j] = new_part
+                    changed = True
+        return dataclasses.replace(message, parts=parts) if changed else message
+
+    def _may_mask(self, part: Any, failures: AbstractSet[str]) -> bool:
+        # RetryPromptPart (pydantic-ai 1.x retries) has no metadata to carry a marker: it stays.
+        if not isinstance(part, ToolReturnPart) or _parts.is_pinned(part):
+            return False
+        if part.tool_name in self.exclude_tools or part.tool_call_id in failures:
+            return False
+        record = _parts.marker(part)
+        return record is None or record.get('kind') in _UPGRADABLE
+
+    def _visible_facts(self, message: ModelMessage) -> frozenset[str]:
+        found = self._memo.get(message, 'facts')
+        if found is None:
+            keys: set[str] = set()
+            for part in message.parts:
+                record = _parts.marker(part)
+                content = getattr(part, 'content', None)
+                if record is not None and record.get('kind') == MASKED and isinstance(content, str):
+                    keys |= _facts.facts_in_digest(content)
+                else:
+                    keys |= _facts.facts_in_text(_parts.part_text(part))
+            found = self._memo.put(message, frozenset(keys), 'facts')
+        return found  # type: ignore[no-any-return]
+
+    def _mask(
+        self, part: ToolReturnPart, call: ToolCallPart | None, shown: frozenset[str], context: CompileContext
+    ) -> ToolReturnPart | None:
+        line = _facts.digest(
+            call, part, max_paths=self.max_paths, max_errors=self.max_errors, prefix=self.prefix, known=shown
+        )
+        text = _parts.tool_content_text(part.content)
+        if len(line) >= len(text):
+            return None
+        record = _parts.marker(part) or {}
+        lines = record.get('lines', text.count('\n') + 1 if text else 0)
+        chars = record.get('chars', len(text))
+        new_record = {
+            'kind': MASKED,
+            'policy': self.name,
+            'tokens': nominal_part_tokens(part, context.counter),
+        }
+        new_record |= {'lines': lines, 'chars': chars}
+        metadata = _parts.with_marker(part.metadata, new_record)
+        return dataclasses.replace(part, content=line, metadata=metadata)
+
+
+def mask_observations(
+    *,
+    frontier: Frontier | None = None,
+    keep_recent: int | None = None,
+    keep_recent_tokens: int | None = None,
+    step: int | None = None,
+    **settings: Any,
+) -> MaskObservations:
+    """Mask tool results older than the recency window with digests of their execution facts.
+
+    `keep_recent` (observations), `keep_recent_tokens` (tokens of tool output) and `step` build
+    the `Frontier` when none is given. See `MaskObservations` for the settings.
+    """
+    chosen = frontier_from(frontier, keep_recent, keep_recent_tokens, step, default=_default_frontier())
+    if 'exclude_tools' in settings:
+        settings['exclude_tools'] = frozenset(settings['exclude_tools'])
+    return MaskObservations(frontier=chosen, **settings)

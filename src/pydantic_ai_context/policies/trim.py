@@ -1,0 +1,345 @@
+"""`trim_tool_outputs`: old, large tool results keep head and tail; old calls' long arguments are clipped."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+
+from pydantic_ai_context import _facts, _parts
+from pydantic_ai_context.tokens import TokenCounter
+from pydantic_ai_context.views import CompileContext
+
+from ._base import SyncPolicy
+from ._frontier import (
+    Frontier,
+    IdentityMemo,
+    _count_text,
+    frontier_from,
+    nominal_part_tokens,
+    unresolved_failures,
+)
+
+__all__ = ('TrimToolOutputs', 'trim_tool_outputs')
+
+TRIMMED: Final = 'trimmed'
+CLAMPED: Final = 'clamped'
+ARGS_CLIPPED: Final = 'args_clipped'
+
+_KEPT_ARGS: Final = frozenset(_facts.IDENTIFYING_ARGS) - {'command', 'cmd'}
+"""Arguments never clipped: they say which resource a call touched (a command keeps its first line)."""
+
+_TRIM_MEMO: dict[tuple[Any, ...], str] = {}
+_TRIM_MEMO_SIZE: Final = 4096
+
+
+def _default_frontier() -> Frontier:
+    return Frontier()
+
+
+@dataclass(kw_only=True)
+class TrimToolOutputs(SyncPolicy):
+    """Cut old, large tool results down to their head and tail, with a marker stating what was cut.
+
+    Tool results before the frontier (older than the recency window) and longer than
+    `max_tokens` keep about `keep_tokens` tokens: the first lines and the last ones, around a
+    line such as `[... 1,234 lines / ~9,800 tokens trimmed by pydantic-ai-context ...]` followed
+    by the file paths and error lines the cut part mentioned (so those facts stay visible).
+    Non-string content (dicts, lists) is serialised to JSON text and trimmed as text: the model
+    received it as that text anyway, and a string is always valid tool content. Results holding
+    images or documents are left alone.
+
+    Old tool calls are trimmed too: string arguments longer than `max_arg_chars` (file contents
+    passed to an editor, long scripts) are clipped, while identifying arguments (paths, URLs,
+    patterns) stay whole and a command keeps at least its first line. String arguments stay a
+    JSON string, dict arguments a dict.
+
+    With a budget, a single result larger than `clamp_share` of the whole budget is clamped to
+    that size even inside the recency window, so one huge output cannot overflow the context.
+    Failed results that no later step has resolved, pinned content and results already compacted
+    are left alone.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+        from pydantic_ai.messages import UserPromptPart as U
+
+        from pydantic_ai_context.policies.trim import trim_tool_outputs
+
+        big = '\\n'.join(f'line {i}: ' + 'x' * 60 for i in range(500))
+        log = [ModelRequest(parts=[U('go')])]
+        for i in range(3):
+            call = ToolCallPart('bash', {'command': 'cat log.txt'}, tool_call_id=f'c{i}')
+            log.append(ModelResponse(parts=[call]))
+            log.append(ModelRequest(parts=[ToolReturnPart('bash', big, tool_call_id=f'c{i}')]))
+        trim = trim_tool_outputs(keep_recent=1, step=1, max_tokens=500)
+        view = trim(log)
+        assert 'trimmed by pydantic-ai-context' in view[2].parts[0].content
+        assert view[-1] is log[-1]  # the newest observation is in the recency window
+        ```
+    """
+
+    name: str = 'trim_tool_outputs'
+    """The step's name in a profile's chain."""
+    frontier: Frontier = field(default_factory=_default_frontier)
+    """Where the recency window starts; share one `Frontier` between policies to move them together."""
+    max_tokens: int = 400
+    """Results longer than this (tokens) before the frontier are trimmed."""
+    keep_tokens: int = 200
+    """About how many tokens a trimmed result keeps, head and tail together."""
+    head_share: float = 0.6
+    """Share of `keep_tokens` taken from the start of the output (the rest from its end)."""
+    max_arg_chars: int = 200
+    """String arguments of old calls longer than this (characters) are clipped; 0 disables clipping."""
+    clamp_share: float | None = 0.5
+    """With a budget: a single result over this share of `budget.limit` is clamped to it, even if recent."""
+    max_paths: int = 128
+    """File paths of the cut part listed after the marker."""
+    max_errors: int = 8
+    """Error lines of the cut part listed after the marker."""
+    _memo: IdentityMemo[Any] = field(default_factory=IdentityMemo[Any], init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.keep_tokens < 1 or self.max_tokens < self.keep_tokens:
+            raise ValueError('need 1 <= keep_tokens <= max_tokens')
+        if not 0 < self.head_share <= 1:
+            raise ValueError(f'head_share must be in (0, 1], got {self.head_share}')
+        if self.clamp_share is not None and not 0 < self.clamp_share <= 1:
+            raise ValueError(f'clamp_share must be in (0, 1], got {self.clamp_share}')
+
+    def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
+        counter = context.counter
+        frontier = self.frontier.locate(messages, context)
+        clamp_at = (
+            int(context.budget.limit * self.clamp_share)
+            if context.budget is not None and self.clamp_share is not None
+            else None
+        )
+        failures: set[str] | None = None
+        out = list(messages)
+        trimmed = clamped = clipped = 0
+        for i, message in enumerate(messages):
+            if _parts.message_pinned(message):
+                continue
+            old = i < frontier
+            if isinstance(message, ModelResponse):
+                if old and self.max_arg_chars > 0:
+                    new_response = self._memo.get(message, ('clip', id(counter)))
+                    if new_response is None:
+                        new_response = self._memo.put(
+                            message, self._clip_calls(message, counter), ('clip', id(counter))
+                        )
+                    if new_response is not message:
+                        out[i] = new_response
+                        clipped += 1
+                continue
+            if not isinstance(message, ModelRequest) or not _parts.tool_results(message):
+                continue
+            limit = self.max_tokens if old else clamp_at
+            # The counter memoises whole messages: a request that fits the limit needs no part counted.
+            if limit is None or counter.count_message(message) <= limit:
+                continue
+            if failures is None:
+                # Only what has left the window can resolve a failure, so the set moves with the frontier.
+                failures = unresolved_failures(messages[:frontier]) if frontier else set()
+            # The clamp protects the budget, so it applies to failures too (they stay visible, shortened).
+            kept = frozenset(
+                p.tool_call_id for p in _parts.tool_results(message) if old and p.tool_call_id in failures
+            )
+            key = (old, limit, kept, id(counter))
+            found = self._memo.get(message, key)
+            if found is None:
+                found = self._memo.put(
+                    message, self._trim_request(message, old, limit, clamp_at, kept, counter), key
+                )
+            if found is not message:
+                out[i] = found
+                if old:
+                    trimmed += 1
+                else:
+                    clamped += 1
+        if trimmed or clamped or clipped:
+            bits = []
+            if trimmed:
+                bits.append(f'old tool results trimmed in {trimmed} requests')
+            if clamped:
+                bits.append(
+                    f'results over {self.clamp_share:.0%} of the budget clamped in {clamped} requests'
+                )
+            if clipped:
+                bits.append(f'long arguments clipped in {clipped} old responses')
+            context.note(', '.join(bits), trimmed=trimmed, clamped=clamped, clipped_responses=clipped)
+        return out
+
+    def _trim_request(
+        self,
+        message: ModelRequest,
+        old: bool,
+        limit: int,
+        clamp_at: int | None,
+        kept: frozenset[str],
+        counter: TokenCounter,
+    ) -> ModelRequest:
+        parts: list[Any] = list(message.parts)
+        changed = False
+        keep = self.keep_tokens if old else clamp_at
+        for j, part in enumerate(parts):
+            if keep is None or not self._may_trim(part, kept):
+                continue
+            record = _parts.marker(part) or {}
+            if record.get('kind') == CLAMPED and not old:
+                continue
+            text = _parts.tool_content_text(part.content)
+            tokens = _count_text(counter, text)
+            if tokens <= limit:
+                continue
+            # A clamped result keeps the sizes of the original when it is trimmed further.
+            nominal = nominal_part_tokens(part, counter)
+            lines = record.get('lines', text.count('\n') + 1)
+            chars = record.get('chars', len(text))
+            new_text = self._head_tail(text, tokens, keep, nominal, lines)
+            new_record = {'kind': TRIMMED if old else CLAMPED, 'policy': self.name, 'tokens': nominal}
+            new_record |= {'lines': lines, 'chars': chars}
+            metadata = _parts.with_marker(part.metadata, new_record)
+            parts[j] = dataclasses.replace(part, content=new_text, metadata=metadata)
+            changed = True
+        return dataclasses.replace(message, parts=parts) if changed else message
+
+    def _may_trim(self, part: Any, failures: AbstractSet[str]) -> bool:
+        if not isinstance(part, ToolReturnPart) or part.tool_call_id in failures:
+            return False
+        record = _parts.marker(part)
+        if record is not None and record.get('kind') not in (None, CLAMPED):
+            return False
+        content = part.content
+        return not (isinstance(content, list | tuple) and any(_parts.is_binary_item(c) for c in content))
+
+    def _head_tail(self, text: str, tokens: int, keep: int, nominal: int, lines: int) -> str:
+        key = (text, tokens, keep, nominal, lines, self.head_share, self.max_paths, self.max_errors)
+        found = _TRIM_MEMO.get(key)
+        if found is not None:
+            return found
+        chars_per_token = len(text) / max(tokens, 1)
+        keep_chars = int(keep * chars_per_token * 0.9)
+        head_chars = int(keep_chars * self.head_share)
+        tail_chars = keep_chars - head_chars
+        head = text[:head_chars]
+        cut = head.rfind('\n')
+        if cut > head_chars // 2:
+            head = head[:cut]
+        tail = text[len(text) - tail_chars :] if tail_chars > 0 else ''
+        cut = tail.find('\n')
+        if 0 <= cut < tail_chars // 2:
+            tail = tail[cut + 1 :]
+        middle = text[len(head) : len(text) - len(tail)]
+        # Sizes of what is cut, relative to the original output (a clamped text is already shorter).
+        cut_lines = max(lines - head.count('\n') - tail.count('\n') - 2, 0)
+        cut_tokens = max(nominal - round(tokens * (len(head) + len(tail)) / max(len(text), 1)), 0)
+        note = (
+            f'[... {cut_lines:,} lines / ~{cut_tokens:,} tokens trimmed by pydantic-ai-context '
+            f'(output was {lines:,} lines / ~{nominal:,} tokens) ...]'
+        )
+        facts = _facts.extract_facts(middle)
+        shown = head + tail
+        paths = [p for p in facts.paths if p not in shown][: self.max_paths]
+        errors = [e for e in facts.error_lines if e not in shown][: self.max_errors]
+        if paths:
+            note += '\n[trimmed part mentioned: ' + ', '.join(paths) + ']'
+        if errors:
+            note += '\n[trimmed part errors: ' + ' | '.join(errors) + ']'
+        result = f'{head}\n{note}\n{tail}'
+        if len(_TRIM_MEMO) >= _TRIM_MEMO_SIZE:
+            _TRIM_MEMO.clear()
+        _TRIM_MEMO[key] = result
+        return result
+
+    def _clip_calls(self, message: ModelResponse, counter: TokenCounter) -> ModelResponse:
+        if _parts.message_pinned(message):
+            return message
+        parts = list(message.parts)
+        originals: dict[str, int] = {}
+        for j, part in enumerate(parts):
+            if not isinstance(part, ToolCallPart) or _parts.is_pinned(part):
+                continue
+            new_args = _clip_args(part.args, self.max_arg_chars)
+            if new_args is not None:
+                originals[part.tool_call_id] = nominal_part_tokens(part, counter)
+                parts[j] = dataclasses.replace(part, args=new_args)
+        if not originals:
+            return message
+        record = dict(_parts.marker(message) or {})
+        previous = record.get('args_tokens')
+        record.update(
+            kind=record.get('kind', ARGS_CLIPPED),
+            args_tokens={**(previous if isinstance(previous, dict) else {}), **originals},
+        )
+        metadata = _parts.with_marker(message.metadata, record)
+        return dataclasses.replace(message, parts=parts, metadata=metadata)
+
+
+def _clip_value(key: str, value: str, max_chars: int) -> str | None:
+    """The clipped string, or None when it stays as it is."""
+    if len(value) <= max_chars or key in _KEPT_ARGS:
+        return None
+    cut = len(value) - max_chars
+    note = f'[... {cut:,} more chars clipped by pydantic-ai-context]'
+    head = value[: max(max_chars - len(note) - 1, 0)]
+    if key in {'command', 'cmd'}:
+        # A command's first line says what ran: it stays whole however long.
+        first = value.split('\n', 1)[0]
+        if len(first) >= len(head):
+            if len(first) == len(value):
+                return None
+            head = first
+    return f'{head}\n{note}'
+
+
+def _clip_args(args: Any, max_chars: int) -> Any:
+    """New arguments with long string values clipped, in the same form (dict or JSON string), or None."""
+    loaded: Any
+    if isinstance(args, dict):
+        loaded = args
+    elif isinstance(args, str):
+        if len(args) <= max_chars:
+            return None
+        try:
+            loaded = json.loads(args)
+        except ValueError:
+            return None
+        if not isinstance(loaded, dict):
+            return None
+    else:
+        return None
+    changed = False
+    new: dict[str, Any] = {}
+    for key, value in loaded.items():
+        clipped = _clip_value(str(key), value, max_chars) if isinstance(value, str) else None
+        if clipped is not None and len(clipped) < len(value):
+            new[key] = clipped
+            changed = True
+        else:
+            new[key] = value
+    if not changed:
+        return None
+    return new if isinstance(args, dict) else json.dumps(new, ensure_ascii=False)
+
+
+def trim_tool_outputs(
+    *,
+    frontier: Frontier | None = None,
+    keep_recent: int | None = None,
+    keep_recent_tokens: int | None = None,
+    step: int | None = None,
+    **settings: Any,
+) -> TrimToolOutputs:
+    """Trim old, large tool results to head + tail and clip old calls' long arguments.
+
+    `keep_recent`, `keep_recent_tokens` and `step` build the `Frontier` when none is given.
+    See `TrimToolOutputs` for the settings.
+    """
+    chosen = frontier_from(frontier, keep_recent, keep_recent_tokens, step, default=_default_frontier())
+    return TrimToolOutputs(frontier=chosen, **settings)

@@ -1,0 +1,333 @@
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ToolCallPart,
+    ToolReturnPart,
+)
+
+from pydantic_ai_context import HeuristicCounter, normalize, validate_view
+from pydantic_ai_context._parts import marker
+from pydantic_ai_context.policies._frontier import Frontier
+from pydantic_ai_context.policies.dedupe import dedupe_reads, read_key, read_path
+from pydantic_ai_context.views import CompileContext
+
+from .builders import History, Tool, long_text
+from .invariants import assert_all
+from .strategies import any_histories
+
+PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TRAJECTORIES = sorted((Path(__file__).resolve().parents[2] / 'shared' / 'trajectories').glob('*.json'))
+SOURCE = long_text(40, prefix='def f')
+EAGER = {'keep_recent': 1, 'step': 1}
+"""Settings under which every result but the newest is outside the recency window."""
+
+
+def dedupe(log: list[ModelMessage], **settings: object) -> list[ModelMessage]:
+    return dedupe_reads(**{**EAGER, **settings}).apply(list(log), CompileContext(counter=HeuristicCounter()))
+
+
+def results(view: list[ModelMessage]) -> list[ToolReturnPart]:
+    return [p for m in view if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
+
+
+def filler(n: int = 1) -> list[Tool]:
+    return [Tool('execute_bash', {'command': f'echo {i}'}, str(i)) for i in range(n)]
+
+
+def history(*tools: Tool) -> list[ModelMessage]:
+    h = History().user('Fix the bug in a.py', system='You are a coding agent.')
+    for tool in tools:
+        h.step(tool)
+    return h.build()
+
+
+def test_reread_supersedes_the_older_copy() -> None:
+    first = Tool('read_file', {'path': 'src/a.py'}, SOURCE)
+    second = Tool('read_file', {'path': 'src/a.py'}, SOURCE + '\n# edited')
+    log = history(first, second, *filler())
+    view = dedupe(log)
+    old, new = results(view)[:2]
+    assert (
+        old.content
+        == f"[superseded: re-read later by call {second.id} (read_file(path='src/a.py')); content omitted]"
+    )
+    assert old.tool_call_id == first.id
+    assert old.tool_name == 'read_file'
+    record = marker(old)
+    assert record is not None
+    assert {k: record[k] for k in ('kind', 'by', 'reason')} == {
+        'kind': 'superseded',
+        'by': second.id,
+        'reason': 'reread',
+    }
+    assert record['tokens'] > 100  # the size it had, so the frontier sees the same sizes on a view
+    assert new is log[4].parts[0]
+    assert view[0] is log[0]
+    assert view[1] is log[1]
+    assert view[3:] == log[3:]
+    validate_view(view)
+
+
+def test_newer_copy_inside_the_recency_window_protects_the_older() -> None:
+    log = history(
+        Tool('read_file', {'path': 'src/a.py'}, SOURCE), Tool('read_file', {'path': 'src/a.py'}, SOURCE + '!')
+    )
+    # The newest observation is always protected, so the re-read cannot supersede yet.
+    assert dedupe(log) == log
+    longer = log + history(*filler())[1:]
+    assert dedupe(longer, keep_recent=2) == longer
+
+
+def test_frontier_moves_in_steps() -> None:
+    reads = [Tool('read_file', {'path': 'src/a.py'}, SOURCE + str(i)) for i in range(2)]
+    changed_at = []
+    for n in range(8):
+        log = history(*reads, *filler(n))
+        if dedupe(log, keep_recent=2, step=3) != log:
+            changed_at.append(n)
+    # 2 reads + n fillers; the newer read leaves the window once 3 whole observations can be compacted.
+    assert changed_at == [3, 4, 5, 6, 7]
+
+
+def test_shared_frontier_replaces_keep_recent_and_step() -> None:
+    log = history(
+        Tool('read_file', {'path': 'a.py'}, SOURCE), Tool('read_file', {'path': 'a.py'}, SOURCE), *filler(2)
+    )
+    assert dedupe(log, frontier=Frontier(keep_recent=10, step=1)) == log
+    assert dedupe(log, keep_recent=10, frontier=Frontier(keep_recent=1, step=1)) != log
+
+
+def test_identical_outputs_of_any_tool_collapse() -> None:
+    out = long_text(30, prefix='FAILED tests/test_a.py::test_x')
+    first = Tool('execute_bash', {'command': 'pytest -q'}, out)
+    second = Tool('execute_bash', {'command': 'pytest -q tests/test_a.py'}, out)
+    other = Tool('grep', {'pattern': 'x'}, out)  # same text, another tool: not a copy
+    log = history(first, other, second, *filler())
+    old, grep, new = results(dedupe(log))[:3]
+    assert old.content.startswith(
+        f'[duplicate: identical output to the later call {second.id} (execute_bash('
+    )
+    assert marker(old)['reason'] == 'identical'  # type: ignore[index]
+    assert grep.content == out
+    assert new.content == out
+
+
+def test_identical_outputs_can_be_turned_off() -> None:
+    out = long_text(30)
+    log = history(
+        Tool('execute_bash', {'command': 'a'}, out), Tool('execute_bash', {'command': 'b'}, out), *filler()
+    )
+    assert dedupe(log, identical_outputs=False) == log
+
+
+def test_different_outputs_stay() -> None:
+    log = history(
+        Tool('execute_bash', {'command': 'pytest'}, long_text(30)),
+        Tool('execute_bash', {'command': 'pytest'}, long_text(31)),
+        *filler(),
+    )
+    assert dedupe(log) == log
+
+
+def test_failed_results_are_never_touched_nor_supersede() -> None:
+    if not hasattr(ToolReturnPart('x', 'y'), 'outcome'):
+        pytest.skip('no outcome field: failures are retry prompts, which are not tool returns here')
+    failed_old = Tool('read_file', {'path': 'a.py'}, SOURCE, failed=True)
+    ok_new = Tool('read_file', {'path': 'a.py'}, SOURCE)
+    log = history(failed_old, ok_new, *filler())
+    assert dedupe(log) == log
+    ok_old = Tool('read_file', {'path': 'b.py'}, SOURCE)
+    failed_new = Tool('read_file', {'path': 'b.py'}, SOURCE, failed=True)
+    log = history(ok_old, failed_new, *filler())
+    assert dedupe(log) == log
+
+
+def test_write_in_between_still_supersedes_and_says_so() -> None:
+    view_1 = Tool('str_replace_editor', {'command': 'view', 'path': '/repo/a.py'}, SOURCE)
+    edit = Tool(
+        'str_replace_editor', {'command': 'str_replace', 'path': '/repo/a.py', 'old_str': 'x', 'new_str': 'y'}
+    )
+    view_2 = Tool('str_replace_editor', {'command': 'view', 'path': '/repo/a.py'}, SOURCE.replace('x', 'y'))
+    log = history(view_1, edit, view_2, *filler())
+    old = results(dedupe(log))[0]
+    assert old.content.startswith(f'[superseded: re-read later by call {view_2.id} (str_replace_editor(')
+    assert 'after the file was modified' in old.content
+    # Keeping reads of older versions instead:
+    assert dedupe(log, across_writes=False) == log
+
+
+def test_shell_write_in_between_is_detected() -> None:
+    cat_1 = Tool('bash', {'command': 'cat src/a.py'}, SOURCE)
+    write = Tool('bash', {'command': "sed -i 's/x/y/' src/a.py"}, '')
+    cat_2 = Tool('bash', {'command': 'cat src/a.py'}, SOURCE.replace('x', 'y'))
+    old = results(dedupe(history(cat_1, write, cat_2, *filler())))[0]
+    assert 'after the file was modified' in old.content
+    unrelated = Tool('bash', {'command': 'echo hi > notes.txt'}, '')
+    old = results(dedupe(history(cat_1, unrelated, cat_2, *filler())))[0]
+    assert old.content.startswith('[superseded')
+    assert 'modified' not in old.content
+
+
+def test_whole_file_read_supersedes_older_ranges_but_not_the_reverse() -> None:
+    part = Tool('str_replace_editor', {'command': 'view', 'path': 'a.py', 'view_range': [1, 40]}, SOURCE)
+    whole = Tool('str_replace_editor', {'command': 'view', 'path': 'a.py'}, SOURCE + SOURCE)
+    view = dedupe(history(part, whole, *filler()))
+    assert results(view)[0].content.startswith(f'[superseded: re-read later by call {whole.id}')
+    log = history(whole, part, *filler())
+    assert dedupe(log) == log
+    other_range = Tool(
+        'str_replace_editor', {'command': 'view', 'path': 'a.py', 'view_range': [41, 80]}, SOURCE + '!'
+    )
+    log = history(part, other_range, *filler())
+    assert dedupe(log) == log
+
+
+def test_copies_form_a_chain_to_the_next_copy() -> None:
+    reads = [Tool('read_file', {'path': 'a.py'}, SOURCE + str(i)) for i in range(3)]
+    first, second, third = results(dedupe(history(*reads, *filler())))[:3]
+    assert marker(first)['by'] == reads[1].id  # type: ignore[index]
+    assert marker(second)['by'] == reads[2].id  # type: ignore[index]
+    assert third.content == SOURCE + '2'
+
+
+def test_small_outputs_stay() -> None:
+    log = history(
+        Tool('read_file', {'path': 'a.py'}, 'x = 1'), Tool('read_file', {'path': 'a.py'}, 'x = 1'), *filler()
+    )
+    assert dedupe(log) == log
+    assert dedupe(log, min_tokens=0) == log  # a back-reference longer than the output is never worth it
+
+
+def test_pinned_copy_stays() -> None:
+    log = history(
+        Tool('read_file', {'path': 'a.py'}, SOURCE), Tool('read_file', {'path': 'a.py'}, SOURCE), *filler()
+    )
+    log[2] = dataclasses.replace(
+        log[2], parts=[dataclasses.replace(log[2].parts[0], metadata={'pinned': True})]
+    )
+    assert dedupe(log) == log
+
+
+def test_custom_key() -> None:
+    def by_url(call: ToolCallPart) -> str | None:
+        url = call.args.get('url') if isinstance(call.args, dict) else None
+        return f'web:{url}' if call.tool_name == 'fetch' and url else None
+
+    log = history(
+        Tool('fetch', {'url': 'https://x.org'}, SOURCE),
+        Tool('fetch', {'url': 'https://x.org'}, SOURCE + '!'),
+        *filler(),
+    )
+    assert results(dedupe(log, key=by_url))[0].content.startswith('[superseded')
+    assert dedupe(log) == log  # the default key does not know `fetch`
+
+
+@pytest.mark.parametrize(
+    ('tool', 'args', 'key'),
+    [
+        ('read_file', {'path': 'a.py'}, 'read_file:a.py'),
+        (
+            'read_file',
+            {'file_path': 'a.py', 'offset': 10, 'limit': 5},
+            'read_file:a.py#{"limit": 5, "offset": 10}',
+        ),
+        ('mcp__fs__read_file', {'path': 'a.py'}, 'mcp__fs__read_file:a.py'),
+        ('view_file', '{"filename": "b.md"}', 'view_file:b.md'),
+        (
+            'str_replace_editor',
+            {'command': 'view', 'path': '/r/a.py', 'view_range': [1, 9]},
+            'str_replace_editor:view:/r/a.py#{"view_range": [1, 9]}',
+        ),
+        ('str_replace_editor', {'command': 'create', 'path': '/r/a.py', 'file_text': 'x'}, None),
+        ('bash', {'command': 'cat a.py'}, 'bash:a.py'),
+        ('execute_bash', {'command': 'cat -n  a.py'}, 'execute_bash:a.py'),
+        ('bash', {'command': 'nl -ba a.py'}, 'bash:a.py'),
+        ('bash', {'command': 'head -n 20 a.py'}, 'bash:a.py#head -n 20 a.py'),
+        ('bash', {'command': "sed -n '5,9p' a.py"}, 'bash:a.py#sed -n 5,9p a.py'),
+        ('bash', {'command': "nl -ba a.py | sed -n '5,9p'"}, 'bash:a.py#nl -ba a.py | sed -n 5,9p'),
+        ('bash', {'command': 'cat a.py b.py'}, None),
+        ('bash', {'command': 'cat a.py > b.py'}, None),
+        ('bash', {'command': "sed -i 's/a/b/' a.py"}, None),
+        ('bash', {'command': 'cd src && cat a.py'}, None),
+        ('bash', {'command': "cat <<'EOF' > a.py\nx\nEOF"}, None),
+        ('bash', {'command': 'pytest -q'}, None),
+        ('bash', {'command': 'grep -n x a.py'}, None),
+        ('think', {'thought': 'cat a.py'}, None),
+    ],
+)
+def test_read_key(tool: str, args: object, key: str | None) -> None:
+    call = ToolCallPart(tool, args)  # type: ignore[arg-type]
+    assert read_key(call) == key
+    assert (read_path(call) is None) == (key is None)
+
+
+def test_idempotent_deterministic_and_input_untouched() -> None:
+    log = history(*[Tool('read_file', {'path': 'a.py'}, SOURCE + str(i % 2)) for i in range(6)], *filler(3))
+    snapshot = copy.deepcopy(log)
+    once = dedupe(log)
+    assert once != log
+    assert log == snapshot
+    twice = dedupe(once)
+    assert twice == once
+    assert all(a is b for a, b in zip(twice, once, strict=True))
+    assert dedupe(snapshot) == once
+
+
+def test_notes_what_it_did() -> None:
+    context = CompileContext(counter=HeuristicCounter())
+    log = history(
+        Tool('read_file', {'path': 'a.py'}, SOURCE), Tool('read_file', {'path': 'a.py'}, SOURCE), *filler()
+    )
+    dedupe_reads(**EAGER).apply(log, context)
+    reason, details = context._take_notes()
+    assert 'superseded 1 older copy' in reason
+    assert details == {'superseded': 1}
+
+
+def test_standalone_history_processor() -> None:
+    log = history(
+        Tool('read_file', {'path': 'a.py'}, SOURCE), Tool('read_file', {'path': 'a.py'}, SOURCE), *filler()
+    )
+    assert results(dedupe_reads(**EAGER)(log))[0].content.startswith('[superseded')
+
+
+@PROPS
+@given(log=any_histories)
+def test_invariants_idempotence_and_determinism(log: list[ModelMessage]) -> None:
+    snapshot = copy.deepcopy(log)
+    view = normalize(dedupe(log))
+    assert_all(log, snapshot, view)
+    assert dedupe(snapshot) == dedupe(log)
+    compiled = normalize(dedupe(normalize(log)))
+    assert normalize(dedupe(compiled)) == compiled
+
+
+def load(path: Path) -> list[ModelMessage]:
+    return ModelMessagesTypeAdapter.validate_json(path.read_bytes())
+
+
+@pytest.mark.parametrize('path', TRAJECTORIES, ids=lambda p: p.stem)
+def test_trajectory(path: Path) -> None:
+    log = load(path)
+    snapshot = copy.deepcopy(log)
+    view = dedupe(log, keep_recent=3, step=5)
+    assert_all(log, snapshot, view)
+    counter = HeuristicCounter()
+    assert counter.count_messages(view) <= counter.count_messages(log)
+    ids_after: list[str] = []
+    for i, part in enumerate(results(view)):
+        record = marker(part)
+        if record is not None and record.get('kind') == 'superseded':
+            ids_after.append(record['by'])
+            later = [p.tool_call_id for p in results(view)[i + 1 :]]
+            assert record['by'] in later  # the back-reference points forward, at a result in the view
+    assert dedupe(view, keep_recent=3, step=5) == view

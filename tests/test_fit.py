@@ -1,0 +1,281 @@
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ToolCallPart,
+    UserPromptPart,
+)
+
+from pydantic_ai_context import (
+    ContextBudget,
+    ContextBudgetExceeded,
+    HeuristicCounter,
+    normalize,
+    validate_view,
+)
+from pydantic_ai_context._parts import marker
+from pydantic_ai_context.policies.fit import FitToBudget, fit_to_budget
+from pydantic_ai_context.views import CompileContext
+
+from .builders import History, Tool, long_text
+from .invariants import assert_all
+from .strategies import any_histories
+
+PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TRAJECTORIES = sorted((Path(__file__).resolve().parents[2] / 'shared' / 'trajectories').glob('*.json'))
+COUNTER = HeuristicCounter()
+
+
+def budget(limit: int) -> ContextBudget:
+    return ContextBudget(context_window=limit, reserved_output=0, safety_margin=0)
+
+
+def fit(log: list[ModelMessage], limit: int | None, **settings: object) -> list[ModelMessage]:
+    context = CompileContext(counter=COUNTER, budget=budget(limit) if limit is not None else None)
+    return fit_to_budget(**settings).apply(list(log), context)
+
+
+def tokens(messages: list[ModelMessage]) -> int:
+    return COUNTER.count_messages(messages)
+
+
+def call_ids(messages: list[ModelMessage]) -> list[str]:
+    return [p.tool_call_id for m in messages for p in m.parts if isinstance(p, ToolCallPart)]
+
+
+def steps(n: int, *, lines: int = 20, start: int = 0) -> list[Tool]:
+    return [
+        Tool('execute_bash', {'command': f'run {i}'}, long_text(lines, prefix=f'out {i}'))
+        for i in range(start, n)
+    ]
+
+
+def agent_log(n: int = 10) -> list[ModelMessage]:
+    h = History().user('Fix the failing test.', system='You are a coding agent.')
+    for tool in steps(n):
+        h.step(tool)
+    return h.build()
+
+
+def test_no_budget_or_within_budget_changes_nothing() -> None:
+    log = agent_log()
+    for view in (fit(log, None), fit(log, tokens(log))):
+        assert view == log
+        assert all(a is b for a, b in zip(view, log, strict=True))
+
+
+def test_drops_the_oldest_steps_first_and_says_so() -> None:
+    log = agent_log(10)
+    limit = tokens(log) // 2
+    view = fit(log, limit, drop_granularity=0)
+    validate_view(view)
+    assert tokens(view) <= limit
+    kept = call_ids(view)
+    assert kept == call_ids(log)[-len(kept) :]  # a suffix: the newest steps
+    assert 2 <= len(kept) < 10
+    head = view[0]
+    assert head.parts[:2] == log[0].parts  # system prompt and task, verbatim
+    note = head.parts[-1]
+    assert isinstance(note, UserPromptPart)
+    assert note.content.startswith('[Note from context management, not a new instruction')
+    dropped = len(log) - len(view)
+    record = marker(head)
+    assert record is not None
+    assert record['kind'] == 'dropped'
+    assert record['messages'] == dropped
+    assert f'{dropped:,} older messages' in note.content
+    assert record['tokens'] > 0
+    assert view[1:] == log[1 + dropped :]
+    assert all(a is b for a, b in zip(view[1:], log[1 + dropped :], strict=True))
+
+
+def test_drops_just_enough_without_granularity() -> None:
+    log = agent_log(10)
+    limit = tokens(log) - 10
+    view = fit(log, limit, drop_granularity=0)
+    assert len(view) == len(log) - 2  # one step is enough
+
+
+def test_recency_window_and_framing_always_stay() -> None:
+    log = agent_log(6)
+    view = fit(log, tokens(log[:1] + log[-4:]) + 80, keep_last_steps=2, drop_granularity=0)
+    assert view[0].parts[:2] == log[0].parts
+    assert view[-4:] == log[-4:]
+    assert len(view) == 5
+
+
+def test_pinned_steps_are_never_dropped() -> None:
+    log = agent_log(8)
+    log[4] = dataclasses.replace(log[4], metadata={'pinned': True})  # the second step's results
+    view = fit(log, tokens(log) // 2, drop_granularity=0)
+    assert log[3] in view
+    assert log[4] in view
+    assert log[1] not in view
+    validate_view(view)
+    assert_all(log, copy.deepcopy(log), view)
+
+
+def test_later_user_prompts_are_dropped_last() -> None:
+    h = History().user('First task.', system='sys')
+    for tool in steps(4):
+        h.step(tool)
+    h.answer('First done.').user('Second task. ' * 40)
+    for tool in steps(8, start=4):
+        h.step(tool)
+    log = h.build()
+    second = next(m for m in log if any(getattr(p, 'content', None) == 'Second task. ' * 40 for p in m.parts))
+    view = fit(log, tokens(log) // 2, drop_granularity=0)
+    assert second in view
+    assert call_ids(view)[0] not in call_ids(log)[:4]  # the first task's steps went
+    validate_view(view)
+    # Under a tighter budget the conversation goes too, oldest first, before raising.
+    tight = tokens(log[:1] + log[-4:]) + 80
+    view = fit(log, tight, drop_granularity=0)
+    assert second not in view
+    assert tokens(view) <= tight
+
+
+def test_raises_with_the_numbers_when_nothing_more_can_go() -> None:
+    log = agent_log(4)
+    limit = tokens(log[-4:])  # the recency window alone does not fit with the framing
+    with pytest.raises(ContextBudgetExceeded) as info:
+        fit(log, limit)
+    err = info.value
+    assert err.limit == limit
+    assert err.used > limit
+    assert err.policy == 'fit_to_budget'
+    assert 'the last 2 steps' in err.detail
+    assert 'after fit_to_budget' in str(err)
+
+
+def test_single_huge_newest_request_is_reported() -> None:
+    log = (
+        History().user('Summarise this.').step(Tool('read_file', {'path': 'big.log'}, long_text(400))).build()
+    )
+    newest = COUNTER.count_message(log[-1])
+    with pytest.raises(ContextBudgetExceeded) as info:
+        fit(log, 1_000)
+    assert f'the newest request alone is {newest:,} tokens (message {len(log) - 1})' in info.value.detail
+
+
+def test_granularity_keeps_the_prefix_stable_while_the_log_grows() -> None:
+    base = History().user('Long task.', system='sys')
+    tools = steps(30)
+    for tool in tools:
+        base.step(tool)
+    log = base.build()
+    limit = tokens(log[:21])
+    stable = 0
+    previous: list[ModelMessage] | None = None
+    for end in range(21, len(log) + 1, 2):
+        view = fit(log[:end], limit, drop_granularity=0.25)
+        assert tokens(view) <= limit
+        if previous is not None and view[: len(previous)] == previous:
+            stable += 1
+        previous = view
+    # Most requests only append to the previous view; without chunks every request rewrites it.
+    assert stable >= 3
+    previous = None
+    for end in range(21, len(log) + 1, 2):
+        view = fit(log[:end], limit, drop_granularity=0)
+        assert previous is None or view[: len(previous)] != previous
+        previous = view
+
+
+def test_second_pass_under_a_smaller_budget_keeps_one_note() -> None:
+    log = agent_log(12)
+    first = fit(log, tokens(log) * 3 // 4, drop_granularity=0)
+    second = fit(first, tokens(log) // 3, drop_granularity=0)
+    notes = [
+        p for m in second for p in m.parts if isinstance(p, UserPromptPart) and p.content.startswith('[Note')
+    ]
+    assert len(notes) == 1
+    record = marker(second[0])
+    assert record is not None
+    assert record['messages'] == len(log) - len(second)
+
+
+def test_idempotent_deterministic_and_input_untouched() -> None:
+    log = agent_log(10)
+    snapshot = copy.deepcopy(log)
+    limit = tokens(log) // 2
+    once = fit(log, limit)
+    assert log == snapshot
+    twice = fit(once, limit)
+    assert twice == once
+    assert all(a is b for a, b in zip(twice, once, strict=True))
+    assert fit(snapshot, limit) == once
+
+
+def test_notes_what_it_did() -> None:
+    log = agent_log(10)
+    context = CompileContext(counter=COUNTER, budget=budget(tokens(log) // 2))
+    view = fit_to_budget().apply(log, context)
+    reason, details = context._take_notes()
+    assert reason.startswith('dropped ')
+    assert details['dropped_messages'] == len(log) - len(view)
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match='keep_last_steps'):
+        FitToBudget(keep_last_steps=-1)
+    with pytest.raises(ValueError, match='drop_granularity'):
+        FitToBudget(drop_granularity=1.5)
+
+
+def test_standalone_use_has_no_budget() -> None:
+    log = agent_log(3)
+    assert fit_to_budget()(log) == log
+
+
+def fit_or_none(log: list[ModelMessage], window: int, keep: int) -> list[ModelMessage] | None:
+    """The fitted view, or None when `fit_to_budget` raised `ContextBudgetExceeded` with its numbers."""
+    try:
+        return fit(log, window, keep_last_steps=keep)
+    except ContextBudgetExceeded as err:
+        if not (err.used > err.limit == window and err.detail):
+            raise
+        return None
+
+
+@PROPS
+@given(log=any_histories, window=st.integers(150, 3_000), keep=st.integers(0, 3))
+def test_invariants_or_a_clear_error(log: list[ModelMessage], window: int, keep: int) -> None:
+    snapshot = copy.deepcopy(log)
+    out = fit_or_none(log, window, keep)
+    assert log == snapshot
+    if out is not None:
+        assert tokens(out) <= window
+        assert_all(log, snapshot, normalize(out))
+        assert fit_or_none(snapshot, window, keep) == out
+    compiled = fit_or_none(normalize(log), window, keep)
+    if compiled is not None:
+        compiled = normalize(compiled)
+        assert normalize(fit(compiled, window, keep_last_steps=keep)) == compiled
+
+
+def load(path: Path) -> list[ModelMessage]:
+    return ModelMessagesTypeAdapter.validate_json(path.read_bytes())
+
+
+@pytest.mark.parametrize('path', TRAJECTORIES, ids=lambda p: p.stem)
+def test_trajectory(path: Path) -> None:
+    log = load(path)
+    snapshot = copy.deepcopy(log)
+    for window in (32_000, 8_000):
+        view = fit_or_none(log, window, 2)
+        if view is None:
+            continue
+        assert tokens(view) <= window
+        assert_all(log, snapshot, view)
+        assert view[-1] is log[-1]
+        assert fit(view, window) == view
+    assert log == snapshot

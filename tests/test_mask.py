@@ -1,0 +1,259 @@
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    ToolReturnPart,
+)
+
+from pydantic_ai_context import (
+    CompileContext,
+    ContextBudget,
+    HeuristicCounter,
+    _parts,
+    compile_view,
+    normalize,
+)
+from pydantic_ai_context._facts import extract_facts
+from pydantic_ai_context.policies._frontier import Frontier, observation_indices
+from pydantic_ai_context.policies.mask import MaskObservations, mask_observations
+from pydantic_ai_context.policies.trim import trim_tool_outputs
+
+from .builders import History, Tool, long_text
+from .invariants import assert_all
+from .strategies import any_histories, histories
+
+PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+COUNTER = HeuristicCounter(chars_per_token=4.0)
+TRAJECTORIES = sorted(Path(__file__).resolve().parents[2].joinpath('shared', 'trajectories').glob('*.json'))
+
+
+def run(policy: Any, log: list[ModelMessage], budget: ContextBudget | None = None) -> list[ModelMessage]:
+    return normalize(policy.apply(list(log), CompileContext(counter=COUNTER, budget=budget)))
+
+
+def mask(**settings: Any) -> MaskObservations:
+    return mask_observations(**({'keep_recent': 1, 'step': 1} | settings))
+
+
+OUTPUT = (
+    'collected 12 items\n'
+    + 'tests/test_io.py ....F\n' * 30
+    + 'FAILED tests/test_io.py::test_vla - AssertionError'
+)
+
+
+def test_old_results_become_digests_and_responses_stay() -> None:
+    log = (
+        History()
+        .user('fix it', system='sys')
+        .step(Tool('bash', {'command': 'pytest tests/test_io.py'}, OUTPUT), text='Running the tests.')
+        .step(Tool('bash', {'command': 'ls'}, 'a.py'))
+        .build()
+    )
+    view = run(mask(), log)
+    part = view[2].parts[0]
+    assert isinstance(part, ToolReturnPart)
+    assert part.content.startswith("[output masked] bash(command='pytest tests/test_io.py') → ok, 32 lines")
+    assert 'FAILED tests/test_io.py::test_vla - AssertionError' in part.content
+    assert part.tool_call_id == log[2].parts[0].tool_call_id
+    assert part.tool_name == 'bash'
+    record = _parts.marker(part)
+    assert record is not None
+    assert record['kind'] == 'masked'
+    assert record['tokens'] == COUNTER.count_text(OUTPUT)
+    assert view[1] is log[1]  # the agent's reasoning and call
+    assert view[0] is log[0]
+    assert view[3] is log[3]
+    assert view[4] is log[4]
+
+
+def test_outcome_is_kept() -> None:
+    h = History().user('go').step(Tool('bash', {}, OUTPUT))
+    log = h.step(Tool('bash', {}, 'ok')).step(Tool('bash', {}, 'ok')).build()  # resolved by a success
+    if not hasattr(log[2].parts[0], 'outcome'):
+        pytest.skip('pydantic-ai 1.x has no outcome')
+    log[2] = dataclasses.replace(log[2], parts=[dataclasses.replace(log[2].parts[0], outcome='denied')])
+    part = run(mask(), log)[2].parts[0]
+    assert part.outcome == 'denied'
+    assert ' → denied' in part.content
+
+
+def test_excluded_tools_and_tiny_results_stay() -> None:
+    log = (
+        History()
+        .user('go')
+        .step(Tool('think', {'thought': 'hmm'}, 'Your thought has been logged. ' * 20))
+        .step(Tool('bash', {'command': 'echo hi'}, 'hi'))
+        .step(Tool('bash', {'command': 'ls'}, 'a.py'))
+        .build()
+    )
+    view = run(mask(), log)
+    assert view[2] is log[2]  # excluded tool
+    assert view[4] is log[4]  # a digest would be longer than 'hi'
+    assert run(mask(exclude_tools=()), log)[2] is not log[2]
+
+
+def test_failures_stay_until_a_later_success_has_left_the_window() -> None:
+    failing = Tool('pytest', {}, OUTPUT, failed=True)
+    h = History().user('go').step(failing).step(Tool('ls', {}, OUTPUT)).step(Tool('ls', {}, OUTPUT))
+    log = h.build()
+    if not hasattr(log[2].parts[0], 'outcome'):
+        pytest.skip('pydantic-ai 1.x has no outcome')
+    assert run(mask(), log)[2] is log[2]
+    h.step(Tool('pytest', {}, 'passed ' * 40))
+    assert run(mask(), h.build())[2] is log[2]  # the success is still in the window
+    h.step(Tool('ls', {}, OUTPUT))
+    assert ' → error' in run(mask(), h.build())[2].parts[0].content
+
+
+def test_pinned_content_stays() -> None:
+    log = History().user('go').step(Tool('bash', {}, OUTPUT)).step(Tool('bash', {}, OUTPUT)).build()
+    log[2] = dataclasses.replace(
+        log[2], parts=[dataclasses.replace(log[2].parts[0], metadata={'pinned': True})]
+    )
+    assert run(mask(), log)[2] is log[2]
+
+
+def test_trimmed_results_are_masked_with_the_original_size_and_facts() -> None:
+    lines = [f'noise {i} ' + 'x' * 60 for i in range(300)]
+    lines[150] = 'ValueError: boom in src/widgets/core.py'
+    h = History().user('go')
+    for _ in range(3):
+        h.step(Tool('bash', {'command': 'make'}, '\n'.join(lines)))
+    log = h.build()
+    trimmed = run(trim_tool_outputs(keep_recent=1, step=1, max_tokens=200, keep_tokens=100), log)
+    assert _parts.marker(trimmed[2].parts[0])['kind'] == 'trimmed'  # type: ignore[index]
+    view = run(mask(), trimmed)
+    content = view[2].parts[0].content
+    assert '300 lines' in content
+    assert 'src/widgets/core.py' in content
+    assert 'ValueError: boom in src/widgets/core.py' in content
+
+
+def test_digests_do_not_repeat_facts_shown_earlier_in_the_view() -> None:
+    output = 'src/widgets/core.py:10: in run\nValueError: the widget exploded\n' + 'more output here\n' * 20
+    h = History().user('go')
+    for i in range(3):
+        h.step(Tool('bash', {'command': f'python run_{i}.py'}, output))
+    log = h.build()
+    view = run(mask(), log)
+    first, second = view[2].parts[0].content, view[4].parts[0].content
+    assert 'src/widgets/core.py' in first
+    assert 'ValueError: the widget exploded' in first
+    assert 'src/widgets/core.py' not in second
+    assert 'ValueError' not in second
+    repeated = run(mask(skip_seen_facts=False), log)[4].parts[0].content
+    assert 'src/widgets/core.py' in repeated
+
+
+def test_token_window() -> None:
+    h = History().user('go')
+    for i in range(6):
+        h.step(Tool('bash', {'command': f'c{i}'}, long_text(20)))  # ~350 tokens each
+    log = h.build()
+    view = run(mask_observations(keep_recent_tokens=1_000, step=1), log)
+    masked = [i for i, m in enumerate(view) if any(_parts.marker(p) for p in m.parts)]
+    assert masked == [2, 4, 6]  # the newest three observations hold the protected 1,000 tokens
+
+
+def test_factory_and_name() -> None:
+    policy = mask_observations(keep_recent=7, step=3, exclude_tools=['think'])
+    assert policy.frontier == Frontier(keep_recent=7, step=3)
+    assert policy.exclude_tools == frozenset({'think'})
+    assert policy.name == 'mask_observations'
+
+
+@PROPS
+@given(any_histories)
+def test_invariants_idempotence_determinism(log: list[ModelMessage]) -> None:
+    snapshot = copy.deepcopy(log)
+    base = normalize(log)
+    view = run(mask(), base)
+    assert_all(log, snapshot, view)
+    assert run(mask(), view) == view
+    assert run(mask(), base) == view
+
+
+def chain(frontier: Frontier | None = None) -> list[Any]:
+    if frontier is None:
+        return [trim_tool_outputs(max_tokens=20, keep_tokens=10), mask_observations()]
+    return [
+        trim_tool_outputs(frontier=frontier, max_tokens=20, keep_tokens=10, max_arg_chars=30),
+        mask_observations(frontier=frontier),
+    ]
+
+
+def compile_chain(
+    steps: list[Any], log: list[ModelMessage], budget: ContextBudget | None = None
+) -> list[ModelMessage]:
+    context = CompileContext(counter=COUNTER, budget=budget)
+    return asyncio.run(compile_view(log, steps, context))
+
+
+@PROPS
+@given(any_histories)
+def test_chain_keeps_invariants_and_is_idempotent(log: list[ModelMessage]) -> None:
+    snapshot = copy.deepcopy(log)
+    steps = chain(Frontier(keep_recent=1, step=2))
+    budget = ContextBudget(context_window=3_000, reserved_output=0)
+    base = normalize(log)
+    view = compile_chain(steps, base, budget)
+    assert_all(log, snapshot, view)
+    assert compile_chain(steps, view, budget) == view
+
+
+@PROPS
+@given(histories(max_runs=2, max_steps=15, in_progress=True))
+def test_view_of_a_longer_log_extends_the_previous_view_between_jumps(log: list[ModelMessage]) -> None:
+    step = 3
+    frontier = Frontier(keep_recent=2, step=step)
+    steps = chain(frontier)
+    ends = [i + 1 for i, m in enumerate(log) if isinstance(m, ModelRequest)]
+    previous: list[ModelMessage] | None = None
+    previous_frontier = 0
+    rewrites = 0
+    context = CompileContext(counter=COUNTER)
+    for end in ends:
+        prefix = log[:end]
+        view = compile_chain(steps, prefix)
+        position = frontier.locate(prefix, context)
+        if previous is not None and view[: len(previous)] != previous:
+            rewrites += 1
+            assert position != previous_frontier, 'the prefix changed without a frontier jump'
+        previous, previous_frontier = view, position
+    assert rewrites <= -(-len(observation_indices(log)) // step)
+
+
+@pytest.mark.skipif(not TRAJECTORIES, reason='shared trajectories not available')
+@pytest.mark.parametrize('path', TRAJECTORIES, ids=lambda p: p.stem)
+def test_recorded_trajectories(path: Path) -> None:
+    log = ModelMessagesTypeAdapter.validate_json(path.read_bytes())
+    snapshot = copy.deepcopy(log)
+    budget = ContextBudget(context_window=32_000)
+    policies: list[list[Any]] = [[trim_tool_outputs()], [mask_observations()], chain()]
+    for steps in policies:
+        view = compile_chain(steps, log, budget)
+        assert_all(log, snapshot, view)
+        assert compile_chain(steps, view, budget) == view
+        assert len(view) == len(normalize(log))
+    # Facts of masked results stay visible (within the digest caps).
+    view = compile_chain([mask_observations()], log)
+    text = '\n'.join(_parts.message_text(m) for m in view)
+    originals = [p for m in log for p in _parts.tool_results(m)]
+    for part in originals[:20]:
+        facts = extract_facts(_parts.tool_content_text(part.content))
+        for error in facts.error_lines[:8]:
+            assert error in text
+    assert isinstance(view[-1], ModelRequest)
+    assert not isinstance(view[0], ModelResponse)

@@ -6,16 +6,23 @@ asked to deploy (press Ctrl-C during it: the unanswered call gets a synthetic re
 chat goes on). Set `PYDANTIC_AI_CONTEXT_MODEL=openai:gpt-4o` (or any model name pydantic-ai
 knows) to chat with a real model.
 
-Commands: `/compact [focus]`, `/clear`, `/history`, `/quit`. Lines are read from stdin, so it
-also runs non-interactively: `printf 'hello\\n/history\\n' | python examples/chat.py`.
+Commands: `/compact [focus]`, `/clear`, `/history`, `/sessions`, `/resume ID`, `/quit`. Lines are
+read from stdin, so it also runs non-interactively: `printf 'hello\\n/history\\n' | python examples/chat.py`.
+
+The conversation lives in a `ContextSession`. Without options it is kept in memory; with
+`--session ID` (and `--db PATH`, default `.chat-sessions.db`) it is kept in a SQLite file and
+resumed when you start the chat again with the same id. `/sessions` lists the stored sessions and
+`/resume ID` switches to one.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import inspect
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic_ai import Agent
@@ -30,9 +37,10 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from pydantic_ai_context import ContextBudget, ContextProfile
-from pydantic_ai_context.commands import clear, compact_result, history_stats, patch_dangling_tool_calls
+from pydantic_ai_context import ContextBudget, ContextProfile, MemoryStore, SessionStore, SqliteStore
+from pydantic_ai_context.commands import compact_result, patch_dangling_tool_calls
 from pydantic_ai_context.policies.summarize import summarize_window
+from pydantic_ai_context.session import ContextSession
 
 CONTEXT_WINDOW = 32_000
 
@@ -91,13 +99,17 @@ def build_agent() -> tuple[Agent[None, str], Any]:
 
 
 async def turn(
-    agent: Agent[None, str], prompt: str, history: list[ModelMessage], seen: list[ModelMessage]
+    agent: Agent[None, str], prompt: str, history: list[ModelMessage], new: list[ModelMessage]
 ) -> str:
-    """One user turn; `seen` is kept up to date so an interrupt does not lose the partial run."""
+    """One user turn; `new` is kept up to date so an interrupt does not lose the partial run.
+
+    Only the run's new messages are collected: on pydantic-ai 1.x the compiled view replaces the
+    run's own history, but the session keeps the whole log.
+    """
     async with agent.iter(prompt, message_history=history) as run:
         async for _node in run:
-            seen[:] = run.all_messages()
-        seen[:] = run.all_messages()
+            new[:] = run.new_messages()
+        new[:] = run.new_messages()
         assert run.result is not None
         return str(run.result.output)
 
@@ -110,11 +122,47 @@ def after_interrupt(partial: list[ModelMessage]) -> list[ModelMessage]:
     return history
 
 
-def main() -> int:
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='A terminal chat with context management and sessions.')
+    parser.add_argument('--session', metavar='ID', help='keep the chat in the SQLite file under this id')
+    parser.add_argument(
+        '--db',
+        metavar='PATH',
+        help='the SQLite file for --session, /sessions, /resume (default .chat-sessions.db)',
+    )
+    return parser.parse_args(argv)
+
+
+def open_store(args: argparse.Namespace) -> SessionStore:
+    if args.session is None and args.db is None:
+        return MemoryStore()
+    return SqliteStore(args.db or '.chat-sessions.db')
+
+
+def list_sessions(store: SessionStore, current: str) -> str:
+    infos = asyncio.run(store.sessions())
+    if not infos:
+        return 'no stored sessions'
+    return '\n'.join(
+        f'{"*" if i.session_id == current else " "} {i.session_id}: {i.message_count} messages, '
+        f'updated {i.updated_at:%Y-%m-%d %H:%M:%S} UTC'
+        for i in infos
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     agent, model = build_agent()
     budget = ContextBudget(context_window=CONTEXT_WINDOW)
-    history: list[ModelMessage] = []
-    print('chat: /compact [focus], /clear, /history, /quit', flush=True)
+    store = open_store(args)
+    session = (
+        asyncio.run(ContextSession.open(store, args.session))
+        if args.session is not None
+        else ContextSession(store=store)
+    )
+    print('chat: /compact [focus], /clear, /history, /sessions, /resume ID, /quit', flush=True)
+    if args.session is not None:
+        print(f'session {session.session_id} ({len(session)} messages)', flush=True)
     for raw in sys.stdin:
         line = raw.strip()
         if not line:
@@ -122,28 +170,41 @@ def main() -> int:
         if line in {'/quit', '/exit'}:
             break
         if line == '/clear':
-            history = clear()
+            asyncio.run(session.clear())
             print('history cleared', flush=True)
         elif line == '/history':
-            print(history_stats(history, budget=budget), flush=True)
+            print(session.stats(budget=budget), flush=True)
+        elif line == '/sessions':
+            print(list_sessions(store, session.session_id), flush=True)
+        elif line.startswith('/resume'):
+            session_id = line[len('/resume') :].strip()
+            if not session_id:
+                print('usage: /resume ID', flush=True)
+                continue
+            session = asyncio.run(ContextSession.open(store, session_id))
+            print(f'resumed {session_id} ({len(session)} messages)', flush=True)
         elif line.startswith('/compact'):
             focus = line[len('/compact') :].strip() or None
-            result = asyncio.run(compact_result(history, model=model, focus=focus))
-            history = result.messages
+            result = asyncio.run(compact_result(session.messages(), model=model, focus=focus))
             if result.compacted:
+                # An explicit /compact is the one place the stored log itself is replaced.
+                asyncio.run(session.set_messages(result.messages))
                 print(f'compacted: {result.tokens_before:,} -> {result.tokens_after:,} tokens', flush=True)
             else:
                 print(f'not compacted: {result.reason}', flush=True)
         else:
-            seen: list[ModelMessage] = list(history)
+            history = session.messages()
+            new: list[ModelMessage] = []
             try:
-                answer = asyncio.run(turn(agent, line, history, seen))
+                answer = asyncio.run(turn(agent, line, history, new))
             except KeyboardInterrupt:
-                history = after_interrupt(seen)
+                patched = after_interrupt([*history, *new])
+                asyncio.run(session.add_messages(patched[len(history) :]))
                 print('interrupted; unanswered tool calls were closed', flush=True)
                 continue
-            history = seen
+            asyncio.run(session.add_messages(new))
             print(f'assistant: {answer}', flush=True)
+    asyncio.run(store.close())
     print('bye', flush=True)
     return 0
 

@@ -1,9 +1,10 @@
-"""examples/chat.py runs non-interactively: commands, /compact, and Ctrl-C during a tool call."""
+"""examples/chat.py runs non-interactively: commands, /compact, Ctrl-C during a tool call, and sessions."""
 
 from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -11,11 +12,16 @@ from pathlib import Path
 EXAMPLE = Path(__file__).resolve().parents[1] / 'examples' / 'chat.py'
 
 
-def chat(stdin: str) -> str:
+def chat(stdin: str, *args: str) -> str:
     env = {**os.environ, 'CHAT_DEPLOY_SECONDS': '0'}
     env.pop('PYDANTIC_AI_CONTEXT_MODEL', None)
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE)], input=stdin, capture_output=True, text=True, timeout=60, env=env
+        [sys.executable, str(EXAMPLE), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -68,3 +74,43 @@ def test_ctrl_c_during_a_tool_call_patches_the_history() -> None:
     assert 'interrupted; unanswered tool calls were closed' in out
     assert '1 tool calls' in out  # the interrupted call is in the history, with a synthetic result
     assert 'assistant: You said: hello' in out  # and the chat goes on
+
+
+def test_sessions_survive_a_restart_and_resume_by_id(tmp_path: Path) -> None:
+    db = str(tmp_path / 'chat.db')
+    first = chat('hello\nshow me the log\n/history\n', '--session', 'work', '--db', db)
+    assert 'session work (0 messages)' in first
+    assert '6 messages, 2 user turns, 1 tool calls' in first
+    assert stat.S_IMODE(os.stat(db).st_mode) == 0o600
+
+    # A new process resumes the log; the conversation goes on from it.
+    second = chat('/history\nhello again\n/history\n', '--session', 'work', '--db', db)
+    assert 'session work (6 messages)' in second
+    assert '8 messages, 3 user turns, 1 tool calls' in second
+
+    third = chat(
+        'side question\n/sessions\n/resume work\n/history\n/resume\n', '--session', 'other', '--db', db
+    )
+    listing = third[third.index('* other') :]
+    assert '* other: 2 messages' in listing
+    assert '  work: 8 messages' in listing
+    assert 'resumed work (8 messages)' in third
+    assert '8 messages, 3 user turns' in third
+    assert 'usage: /resume ID' in third
+
+
+def test_without_a_session_nothing_is_written(tmp_path: Path) -> None:
+    env = {**os.environ, 'CHAT_DEPLOY_SECONDS': '0'}
+    env.pop('PYDANTIC_AI_CONTEXT_MODEL', None)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE)],
+        input='hello\n/sessions\n',
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert ': 2 messages' in done.stdout  # the in-memory session
+    assert list(tmp_path.iterdir()) == []

@@ -9,8 +9,15 @@ from __future__ import annotations
 from . import presets as _presets  # noqa: F401  (registers the presets)
 from .budget import ContextBudget, resolve_context_window
 from .commands import CompactResult, HistoryStats, clear, compact, compact_result, history_stats
-from .errors import ContextBudgetExceeded, ContextError, ContextWarning, HistoryIntegrityError, StoreError
-from .events import CompactionEvent, EventHandler
+from .errors import (
+    ContextBudgetExceeded,
+    ContextError,
+    ContextSettingsError,
+    ContextWarning,
+    HistoryIntegrityError,
+    StoreError,
+)
+from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
 from .integrity import (
     PairingReport,
     Repair,
@@ -22,8 +29,26 @@ from .integrity import (
     safe_cut_points,
     validate_view,
 )
-from .policies.summarize import InMemorySummaryCache, SummarizeWindow, SummaryCache, summarize_window
+from .openai_format import from_openai, to_openai
+from .policies import (
+    DedupeReads,
+    FitToBudget,
+    InMemorySummaryCache,
+    IsolateBoundaries,
+    MaskObservations,
+    SummarizeWindow,
+    SummaryCache,
+    TrimToolOutputs,
+    dedupe_reads,
+    fit_to_budget,
+    isolate_boundaries,
+    mask_observations,
+    summarize_window,
+    trim_tool_outputs,
+)
 from .profiles import ContextProfile, available_profiles, profile, register_profile
+from .session import ContextSession, StoreSummaryCache
+from .settings import ContextSettings
 from .store import MemoryStore, SessionInfo, SessionStore, SqliteStore
 from .tokens import HeuristicCounter, TiktokenCounter, TokenCounter
 from .views import CompileContext, Policy, RunSpan, compile_view, conversation_view, current_run, run_spans
@@ -35,13 +60,22 @@ __all__ = (
     'ContextBudget',
     'ContextBudgetExceeded',
     'ContextError',
+    'ContextEvent',
     'ContextProfile',
+    'ContextSession',
+    'ContextSettings',
+    'ContextSettingsError',
+    'ContextUsageEvent',
     'ContextWarning',
+    'DedupeReads',
     'EventHandler',
+    'FitToBudget',
     'HeuristicCounter',
     'HistoryIntegrityError',
     'HistoryStats',
     'InMemorySummaryCache',
+    'IsolateBoundaries',
+    'MaskObservations',
     'MemoryStore',
     'PairingReport',
     'Policy',
@@ -51,11 +85,13 @@ __all__ = (
     'SessionStore',
     'SqliteStore',
     'StoreError',
+    'StoreSummaryCache',
     'SummarizeWindow',
     'SummaryCache',
     'TiktokenCounter',
     'TokenCounter',
     'ToolPair',
+    'TrimToolOutputs',
     'analyze_pairs',
     'available_profiles',
     'clear',
@@ -64,7 +100,12 @@ __all__ = (
     'compile_view',
     'conversation_view',
     'current_run',
+    'dedupe_reads',
+    'fit_to_budget',
+    'from_openai',
     'history_stats',
+    'isolate_boundaries',
+    'mask_observations',
     'normalize',
     'normalize_with_repairs',
     'patch_dangling_tool_calls',
@@ -74,6 +115,8 @@ __all__ = (
     'run_spans',
     'safe_cut_points',
     'summarize_window',
+    'to_openai',
+    'trim_tool_outputs',
     'validate_view',
 )
 

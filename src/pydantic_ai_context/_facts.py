@@ -268,10 +268,12 @@ def digest(
     prefix: str = '',
     max_call_len: int = 120,
     known: AbstractSet[str] = frozenset(),
+    with_call: bool = True,
 ) -> str:
     """One line with the execution facts of a tool call and its result.
 
-    The line holds the call summary, the status (`ok`, `error`, `retried`, `denied`,
+    The line holds the call summary (unless `with_call=False`, for a digest that sits right
+    after the call itself), the status (`ok`, `error`, `retried`, `denied`,
     `interrupted`), the exit code when known, the size of the output, then the file paths and
     error lines it mentioned, verbatim (at most `max_paths` and `max_errors`; a path already
     inside a listed error line or longer path is not repeated, nor is a fact whose `fact_key`
@@ -312,6 +314,7 @@ def digest(
         max_errors,
         prefix,
         max_call_len,
+        with_call,
     )
     found = _DIGEST_MEMO.get(key)
     if found is not None:
@@ -323,7 +326,7 @@ def digest(
     if exit_code is not None:
         bits.append(f'exit {exit_code}')
     bits.append(_size(*_original_size(result_part, facts)))
-    line = f'{prefix}{head} → {", ".join(bits)}'
+    line = f'{prefix}{head} → {", ".join(bits)}' if with_call else f'{prefix}{", ".join(bits)}'
     all_errors = tuple(e for e in facts.error_lines if e not in hidden)
     all_paths = tuple(p for p in facts.paths if p not in hidden)
     errors = all_errors[:max_errors]

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = (
     'ContextBudgetExceeded',
     'ContextError',
+    'ContextSettingsError',
     'ContextWarning',
     'HistoryIntegrityError',
     'StoreError',
@@ -67,6 +68,19 @@ class ContextBudgetExceeded(ContextError):
     def over_by(self) -> int:
         """How many tokens over the limit the view is."""
         return self.used - self.limit
+
+
+class ContextSettingsError(ContextError, ValueError):
+    """An environment variable holds a value its setting does not accept; the message names the variable.
+
+    Example:
+        ```python
+        from pydantic_ai_context import ContextSettingsError
+
+        err = ContextSettingsError('PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW: not an integer')
+        assert isinstance(err, ValueError)
+        ```
+    """
 
 
 class ContextWarning(UserWarning):

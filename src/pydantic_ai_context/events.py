@@ -1,53 +1,192 @@
-"""What the profile tells observers: a compaction event for every step that changed the view."""
+"""What a profile tells observers: a `CompactionEvent` for every step that changed the view, and a
+`ContextUsageEvent` (the context gauge) once per compiled view.
+
+Both go to the profile's event handlers (`profile(name, on_event=...)`), sync or async, in the
+order they happen: the compaction events of a compile first, then its usage reading. A handler
+that wants one kind filters with `isinstance`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
+from .budget import WindowSource
 from .integrity import Repair
 
-__all__ = ('CompactionEvent', 'EventHandler')
+__all__ = ('CompactionEvent', 'ContextEvent', 'ContextUsageEvent', 'EventHandler')
 
 
 @dataclass(frozen=True, kw_only=True)
 class CompactionEvent:
     """One policy changed the view: what it did, why, and the sizes before and after.
 
+    Events carry the `run_id` of the agent run (pydantic-ai 2.x) and the profile's `compile_id`,
+    so the events of one compile or one run are easy to pick out of `ContextProfile.events`
+    (see `ContextProfile.last_compile_events` and `ContextProfile.run_events`).
+
     Example:
         ```python
-        from pydantic_ai_context import CompactionEvent
+        from pydantic_ai_context.events import CompactionEvent
 
         event = CompactionEvent(
             policy='mask_observations', reason='12 old tool results masked',
             messages_before=40, messages_after=40, tokens_before=52_000, tokens_after=9_800,
         )
         assert event.tokens_saved == 42_200
+        assert event.summary_calls == 0
         ```
     """
 
+    kind: Literal['compaction'] = 'compaction'
+    """Tells the event kinds apart in serialised logs (`to_dict`)."""
     policy: str
-    """Name of the step that changed the view."""
+    """Name of the step that changed the view (`'normalize'` for repairs of the input)."""
     reason: str = ''
     """Why it acted (trigger and what it did), in a few words."""
     messages_before: int
+    """Messages of the view before the step."""
     messages_after: int
+    """Messages of the view after the step (and the normalize that follows it)."""
     tokens_before: int | None = None
-    """Tokens of the view before the step, when tokens were counted."""
+    """Tokens of the view before the step, when tokens were counted (the profile has handlers)."""
     tokens_after: int | None = None
+    """Tokens of the view after the step, when tokens were counted."""
     repairs: tuple[Repair, ...] = ()
     """Repairs `normalize` made after this step (or on the input, for the `normalize` step)."""
     details: dict[str, Any] = field(default_factory=dict[str, Any])
-    """Policy-specific numbers (e.g. parts masked, summariser usage)."""
+    """Policy-specific numbers (e.g. parts masked, summariser usage), as the policy noted them."""
     run_id: str | None = None
+    """The agent run the view was compiled for (pydantic-ai 2.x), if any."""
+    profile: str | None = None
+    """Name of the profile that compiled the view."""
+    compile_id: int | None = None
+    """The profile's sequence number of the compile this step belonged to (1 for the first)."""
 
     @property
     def tokens_saved(self) -> int | None:
+        """`tokens_before - tokens_after`, when both were counted."""
         if self.tokens_before is None or self.tokens_after is None:
             return None
         return self.tokens_before - self.tokens_after
 
+    @property
+    def summary_calls(self) -> int:
+        """Summariser model calls the step made (0 for zero-LLM policies)."""
+        return _detail_int(self.details, 'summary_calls')
 
-EventHandler: TypeAlias = Callable[[CompactionEvent], Awaitable[None] | None]
-"""A callback receiving each `CompactionEvent`; may be sync or async."""
+    @property
+    def summary_input_tokens(self) -> int:
+        """Input tokens the summariser was billed for in this step."""
+        return _detail_int(self.details, 'summary_input_tokens')
+
+    @property
+    def summary_output_tokens(self) -> int:
+        """Output tokens the summariser produced in this step."""
+        return _detail_int(self.details, 'summary_output_tokens')
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (repairs as dicts), for logs and `--json` output."""
+        data = dataclasses.asdict(self)
+        data['tokens_saved'] = self.tokens_saved
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextUsageEvent:
+    """How full the context window is for one request: a reading for a UI gauge.
+
+    Emitted once per compile, after the view is compiled, to the same handlers as
+    `CompactionEvent`s; the latest is also `ContextProfile.last_usage`. `used_tokens` is what the
+    request will send (the view plus `reserved_system`), anchored on the provider's reported usage
+    when the view still starts with what that request was sent, else counted.
+
+    Example:
+        ```python
+        from pydantic_ai_context.events import ContextUsageEvent
+
+        gauge = ContextUsageEvent(
+            message_tokens=24_000, used_tokens=24_000, window_tokens=128_000, limit_tokens=121_344,
+            soft_limit_tokens=91_008, window_source='genai-prices', messages=30, log_messages=30,
+        )
+        assert f'{gauge.fraction:.0%}' == '19%' and gauge.window_resolved
+        assert not gauge.over_soft_threshold
+        ```
+    """
+
+    kind: Literal['usage'] = 'usage'
+    """Tells the event kinds apart in serialised logs (`to_dict`)."""
+    message_tokens: int
+    """Tokens of the compiled view's messages."""
+    used_tokens: int
+    """Tokens the request holds: `message_tokens` plus the budget's `reserved_system`."""
+    window_tokens: int
+    """The model's context window."""
+    limit_tokens: int
+    """The most the message view may hold (`ContextBudget.limit`)."""
+    soft_limit_tokens: int
+    """Message tokens above which budget-driven policies compact (`ContextBudget.soft_limit`)."""
+    window_source: WindowSource
+    """Where the window came from: `'explicit'`, `'model-profile'`, `'genai-prices'` or `'default'`."""
+    anchored: bool = False
+    """Whether `message_tokens` starts from the provider's measured usage rather than a local count."""
+    estimated_tokens: int | None = None
+    """The local counter's count of the view (equal to `message_tokens` when not anchored)."""
+    messages: int
+    """Messages in the compiled view."""
+    log_messages: int
+    """Messages in the log the view was compiled from."""
+    compacted: bool = False
+    """Whether the view differs from the log (some step changed it)."""
+    run_id: str | None = None
+    """The agent run, if any."""
+    profile: str | None = None
+    """Name of the profile that compiled the view."""
+    compile_id: int | None = None
+    """The profile's sequence number of this compile."""
+
+    @property
+    def fraction(self) -> float:
+        """Share of the context window the request holds (`used_tokens / window_tokens`)."""
+        return self.used_tokens / self.window_tokens if self.window_tokens else 0.0
+
+    @property
+    def limit_fraction(self) -> float:
+        """Share of the message limit the view holds: what compaction decisions compare."""
+        return self.message_tokens / self.limit_tokens if self.limit_tokens > 0 else 0.0
+
+    @property
+    def window_resolved(self) -> bool:
+        """Whether the window is known (explicit, the model's profile or genai-prices) rather than the fallback."""
+        return self.window_source != 'default'
+
+    @property
+    def over_soft_threshold(self) -> bool:
+        """Whether the view is above the soft limit (budget-driven policies compact next time)."""
+        return self.message_tokens > self.soft_limit_tokens
+
+    @property
+    def remaining_tokens(self) -> int:
+        """Tokens the view may still grow by before the limit (negative when over)."""
+        return self.limit_tokens - self.message_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, including the derived `fraction` and `window_resolved`."""
+        data = dataclasses.asdict(self)
+        data['fraction'] = self.fraction
+        data['window_resolved'] = self.window_resolved
+        return data
+
+
+ContextEvent: TypeAlias = CompactionEvent | ContextUsageEvent
+"""Anything a profile sends to its event handlers."""
+
+EventHandler: TypeAlias = Callable[[ContextEvent], Awaitable[None] | None]
+"""A callback receiving each `CompactionEvent` and `ContextUsageEvent`; may be sync or async."""
+
+
+def _detail_int(details: dict[str, Any], key: str) -> int:
+    value = details.get(key)
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0

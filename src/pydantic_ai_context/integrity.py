@@ -13,6 +13,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
@@ -47,6 +48,8 @@ RepairKind = Literal[
     'leading_response',
     'trailing_response',
 ]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 INTERRUPTED_NOTE = 'Tool call was not completed: no result was recorded.'
 
@@ -591,7 +594,7 @@ def _synthetic_result(call: Any, note: str, response: ModelMessage) -> ToolRetur
         content=note,
         tool_call_id=call.tool_call_id,
         metadata={_parts.META_KEY: {'kind': 'synthetic', 'reason': 'dangling_call'}},
-        timestamp=response.timestamp,
+        timestamp=response.timestamp or _EPOCH,
     )
     if hasattr(part, 'outcome'):
         part = dataclasses.replace(part, outcome=_parts.INTERRUPTED_OUTCOME)

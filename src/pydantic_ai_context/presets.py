@@ -1,12 +1,32 @@
-"""The named presets `profile(name)` builds: each a chain of policies with documented defaults."""
+"""The named presets `profile(name)` builds: each a chain of policies with documented defaults.
+
+| preset | chain | for |
+|---|---|---|
+| `transparent` | normalize | validation and repair only |
+| `coding` | isolate → dedupe → trim → mask → fit | long tool-using runs (zero LLM calls) |
+| `chat` | isolate → trim → summarize → fit | many-turn conversations |
+| `long_horizon` | isolate → dedupe → trim → mask → summarize → fit | runs that outgrow even masking |
+
+The defaults come from replaying the shared recorded agent runs (`bench/replay.py`,
+`docs/benchmarks.md`). Every preset accepts the common settings of `profile()` plus the
+keyword-only settings of its factory below.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from .policies._frontier import Frontier
+from .policies.dedupe import dedupe_reads
+from .policies.fit import fit_to_budget
+from .policies.isolate import IsolateMode, isolate_boundaries
+from .policies.mask import DEFAULT_EXCLUDED_TOOLS, mask_observations
+from .policies.summarize import SummaryCache, summarize_window
+from .policies.trim import trim_tool_outputs
 from .profiles import ContextProfile, register_profile, split_settings
 
-__all__ = ()
+__all__ = ('chat', 'coding', 'long_horizon', 'transparent')
 
 
 def transparent(**settings: Any) -> ContextProfile:
@@ -15,4 +35,199 @@ def transparent(**settings: Any) -> ContextProfile:
     return ContextProfile(name='transparent', steps=(), settings=own, **common)
 
 
+def coding(
+    *,
+    keep_recent: int = 3,
+    step: int = 10,
+    trim_threshold: int = 400,
+    isolate_mode: IsolateMode = 'digest',
+    exclude_tools: Iterable[str] = DEFAULT_EXCLUDED_TOOLS,
+    keep_last_steps: int = 2,
+    **common: Any,
+) -> ContextProfile:
+    """Zero-LLM compaction for long tool-using runs.
+
+    Args:
+        keep_recent: Tool observations (result requests) kept verbatim at the end of the view.
+        step: Observations the compaction frontier advances at once; larger steps rewrite the
+            cached prompt prefix less often.
+        trim_threshold: Tool results older than the window and longer than this many tokens
+            are trimmed to head + tail (then masked).
+        isolate_mode: What finished runs keep of their tool trace (`keep`/`mask`/`digest`/`drop`).
+        exclude_tools: Tools whose results are never masked (reasoning and plan trackers).
+        keep_last_steps: Steps `fit_to_budget` never drops.
+    """
+    common, own = split_settings(
+        {
+            **common,
+            'keep_recent': keep_recent,
+            'step': step,
+            'trim_threshold': trim_threshold,
+            'isolate_mode': isolate_mode,
+            'exclude_tools': tuple(exclude_tools),
+            'keep_last_steps': keep_last_steps,
+        }
+    )
+    return ContextProfile(name='coding', steps=_zero_llm_chain(**own), settings=own, **common)
+
+
+def chat(
+    *,
+    keep_recent: int = 3,
+    step: int = 10,
+    trim_threshold: int = 400,
+    isolate_mode: IsolateMode = 'digest',
+    summary_step: int = 8,
+    summary_keep_tokens: int | None = None,
+    summary_timeout: float = 60.0,
+    summary_cache: SummaryCache | None = None,
+    keep_last_steps: int = 2,
+    **common: Any,
+) -> ContextProfile:
+    """Many-turn conversations: finished turns collapse, old outputs are trimmed, and when the
+    view still crosses the soft threshold the middle is summarised (one LLM call, cached).
+
+    Args:
+        keep_recent: Tool observations kept verbatim (trim's recency window).
+        step: Observations the trim frontier advances at once.
+        trim_threshold: Old tool results longer than this many tokens are trimmed.
+        isolate_mode: What finished runs keep of their tool trace.
+        summary_step: The summarised span ends on a multiple of this many messages.
+        summary_keep_tokens: Tokens the summariser leaves verbatim at the end (default: 40% of
+            the trigger).
+        summary_timeout: Seconds the summariser may take before the static marker is used.
+        summary_cache: Where summaries are cached (share one to share summaries).
+        keep_last_steps: Steps `fit_to_budget` never drops.
+    """
+    common, own = split_settings(
+        {
+            **common,
+            'keep_recent': keep_recent,
+            'step': step,
+            'trim_threshold': trim_threshold,
+            'isolate_mode': isolate_mode,
+            'summary_step': summary_step,
+            'summary_keep_tokens': summary_keep_tokens,
+            'summary_timeout': summary_timeout,
+            'summary_cache': summary_cache,
+            'keep_last_steps': keep_last_steps,
+        }
+    )
+    frontier = Frontier(keep_recent=keep_recent, step=step)
+    summarize = _summarize(
+        keep_current_run=True,
+        step_messages=summary_step,
+        keep_tokens=summary_keep_tokens,
+        timeout=summary_timeout,
+        cache=summary_cache,
+    )
+    steps = (
+        isolate_boundaries(mode=isolate_mode),
+        trim_tool_outputs(frontier=frontier, max_tokens=trim_threshold),
+        summarize,
+        fit_to_budget(keep_last_steps=keep_last_steps),
+    )
+    return ContextProfile(name='chat', steps=steps, settings=own, **common)
+
+
+def long_horizon(
+    *,
+    keep_recent: int = 3,
+    step: int = 10,
+    trim_threshold: int = 400,
+    isolate_mode: IsolateMode = 'digest',
+    exclude_tools: Iterable[str] = DEFAULT_EXCLUDED_TOOLS,
+    summary_step: int = 10,
+    summary_keep_tokens: int | None = None,
+    summary_timeout: float = 60.0,
+    summary_cache: SummaryCache | None = None,
+    keep_last_steps: int = 2,
+    **common: Any,
+) -> ContextProfile:
+    """`coding`'s zero-LLM chain, then a summary of the middle when the view is still over the
+    soft threshold (the current run included), then `fit_to_budget` as the last resort.
+
+    Args:
+        keep_recent: Tool observations kept verbatim at the end of the view.
+        step: Observations the compaction frontier advances at once.
+        trim_threshold: Old tool results longer than this many tokens are trimmed, then masked.
+        isolate_mode: What finished runs keep of their tool trace.
+        exclude_tools: Tools whose results are never masked.
+        summary_step: The summarised span ends on a multiple of this many messages.
+        summary_keep_tokens: Tokens the summariser leaves verbatim at the end (default: 40% of
+            the trigger).
+        summary_timeout: Seconds the summariser may take before the static marker is used.
+        summary_cache: Where summaries are cached (share one to share summaries).
+        keep_last_steps: Steps `fit_to_budget` never drops.
+    """
+    common, own = split_settings(
+        {
+            **common,
+            'keep_recent': keep_recent,
+            'step': step,
+            'trim_threshold': trim_threshold,
+            'isolate_mode': isolate_mode,
+            'exclude_tools': tuple(exclude_tools),
+            'summary_step': summary_step,
+            'summary_keep_tokens': summary_keep_tokens,
+            'summary_timeout': summary_timeout,
+            'summary_cache': summary_cache,
+            'keep_last_steps': keep_last_steps,
+        }
+    )
+    zero_llm = _zero_llm_chain(
+        keep_recent=keep_recent,
+        step=step,
+        trim_threshold=trim_threshold,
+        isolate_mode=isolate_mode,
+        exclude_tools=tuple(exclude_tools),
+        keep_last_steps=keep_last_steps,
+    )
+    summarize = _summarize(
+        keep_current_run=False,
+        step_messages=summary_step,
+        keep_tokens=summary_keep_tokens,
+        timeout=summary_timeout,
+        cache=summary_cache,
+    )
+    # The summariser sits between mask and fit: it only fires when the masked view is still
+    # over the soft threshold, and fit stays the last resort.
+    steps = (*zero_llm[:-1], summarize, zero_llm[-1])
+    return ContextProfile(name='long_horizon', steps=steps, settings=own, **common)
+
+
+def _zero_llm_chain(
+    *,
+    keep_recent: int,
+    step: int,
+    trim_threshold: int,
+    isolate_mode: IsolateMode,
+    exclude_tools: tuple[str, ...],
+    keep_last_steps: int,
+    **_: Any,
+) -> tuple[Any, ...]:
+    # One frontier for dedupe, trim and mask: their rewrites of the prefix happen together,
+    # so the provider's prompt cache breaks once per frontier step rather than three times.
+    frontier = Frontier(keep_recent=keep_recent, step=step)
+    return (
+        isolate_boundaries(mode=isolate_mode),
+        dedupe_reads(frontier=frontier),
+        trim_tool_outputs(frontier=frontier, max_tokens=trim_threshold),
+        mask_observations(frontier=frontier, exclude_tools=exclude_tools),
+        fit_to_budget(keep_last_steps=keep_last_steps),
+    )
+
+
+def _summarize(*, cache: SummaryCache | None, keep_tokens: int | None, **settings: Any) -> Any:
+    options: dict[str, Any] = dict(settings)
+    if cache is not None:
+        options['cache'] = cache
+    if keep_tokens is not None:
+        options['keep_tokens'] = keep_tokens
+    return summarize_window(**options)
+
+
 register_profile('transparent', transparent)
+register_profile('coding', coding)
+register_profile('chat', chat)
+register_profile('long_horizon', long_horizon)

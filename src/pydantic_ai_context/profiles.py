@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,9 +24,11 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
 
+from . import _tracing
 from .budget import ContextBudget
-from .events import CompactionEvent, EventHandler
-from .tokens import TiktokenCounter, TokenCounter
+from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
+from .settings import default_profile_name, environment_overrides
+from .tokens import TokenCounter, default_counter, measure_context
 from .views import CompileContext, Step, compile_view, step_name
 
 if TYPE_CHECKING:
@@ -63,8 +66,8 @@ class ContextProfile(AbstractCapability[Any]):
     """The chain, in order. `normalize` runs before the first step and after every step."""
     context_window: int | None = None
     """Tokens the model accepts. `None`: the model's profile, then genai-prices, then a conservative default."""
-    reserved_output: int = 4_096
-    """Tokens kept free for the model's answer."""
+    reserved_output: int | None = None
+    """Tokens kept free for the model's answer; `None`: 4,096, or a quarter of a smaller window."""
     reserved_system: int = 0
     """Tokens the instructions and tool schemas take, which the message view cannot use."""
     soft_threshold: float = 0.75
@@ -74,7 +77,8 @@ class ContextProfile(AbstractCapability[Any]):
     summary_model: Any = None
     """Model for summarising policies (a cheaper one); `None` uses the run's model."""
     event_handlers: Sequence[EventHandler] = ()
-    """Callbacks (sync or async) receiving a `CompactionEvent` for each step that changed the view.
+    """Callbacks (sync or async) receiving a `CompactionEvent` for each step that changed the view,
+    then one `ContextUsageEvent` (the context gauge) per compile. Filter with `isinstance`.
 
     `profile(name, on_event=...)` fills it (one callable or a sequence). The field is not called
     `on_event` because that name is a pydantic-ai capability hook for agent stream events.
@@ -84,7 +88,14 @@ class ContextProfile(AbstractCapability[Any]):
     events: collections.deque[CompactionEvent] = field(
         default_factory=lambda: collections.deque(maxlen=_EVENTS_KEPT), compare=False
     )
-    """The most recent compaction events (newest last)."""
+    """The most recent compaction events (newest last); see `last_compile_events` and `run_events`."""
+    last_usage: ContextUsageEvent | None = field(default=None, init=False, compare=False)
+    """The context gauge of the latest compile, or `None` before the first."""
+    _compiles: int = field(default=0, init=False, compare=False)
+    _last_compile_id: int = field(default=0, init=False, compare=False)
+    # The latest view and its run id: what that request was sent, to anchor the next gauge on the
+    # provider's usage (see `tokens.measure_context`).
+    _last_sent: tuple[str | None, list[ModelMessage]] | None = field(default=None, init=False, compare=False)
 
     def __repr__(self) -> str:
         chain = ' -> '.join(['normalize', *(step_name(s) for s in self.steps)])
@@ -105,38 +116,123 @@ class ContextProfile(AbstractCapability[Any]):
     def counter_for(self, model: Any = None) -> TokenCounter:
         if self.counter is not None:
             return self.counter
-        return _default_counter(_model_name(model))
+        return default_counter(model)
 
     async def compile(
-        self, messages: Sequence[ModelMessage], ctx: RunContext[Any] | None = None
+        self,
+        messages: Sequence[ModelMessage],
+        ctx: RunContext[Any] | None = None,
+        *,
+        model: Any = None,
+        budget: ContextBudget | None = None,
     ) -> list[ModelMessage]:
         """Compile the view of `messages` the model should receive. Works without a `RunContext`.
 
-        Never mutates `messages`; the same input gives the same view.
+        `model` (default: the run's model) picks the token encoding and the context window;
+        `budget` overrides the budget this profile would resolve for it.
+
+        Never mutates `messages`; the same input gives the same view. Steps that change the view
+        send `CompactionEvent`s to the handlers, a compile that changed the view records a
+        `compact_messages` span on the run's tracer, and every compile ends with a
+        `ContextUsageEvent` (also kept as `last_usage`).
         """
-        model = getattr(ctx, 'model', None) if ctx is not None else None
+        start_time = time.time_ns()
+        if model is None and ctx is not None:
+            model = getattr(ctx, 'model', None)
+        run_id = getattr(ctx, 'run_id', None) if ctx is not None else None
+        self._compiles += 1
+        compile_id = self._compiles
         context = CompileContext(
             counter=self.counter_for(model),
-            budget=self.budget_for(model),
-            run_id=getattr(ctx, 'run_id', None) if ctx is not None else None,
+            budget=budget if budget is not None else self.budget_for(model),
+            run_id=run_id,
             run_context=ctx,
             model=self.summary_model if self.summary_model is not None else model,
             log=messages,
         )
-        return await compile_view(
-            messages,
-            self.steps,
-            context,
-            on_event=self._dispatch,
-            count_tokens=bool(self.event_handlers),
+        happened: list[CompactionEvent] = []
+
+        async def on_event(event: CompactionEvent) -> None:
+            event = dataclasses.replace(event, profile=self.name, compile_id=compile_id)
+            happened.append(event)
+            self.events.append(event)
+            await self._dispatch(event)
+
+        view = await compile_view(
+            messages, self.steps, context, on_event=on_event, count_tokens=bool(self.event_handlers)
+        )
+        self._last_compile_id = compile_id
+        counter = context.counter
+        _tracing.record_compaction(
+            _tracing.tracer_for(ctx),
+            start_time=start_time,
+            profile=self.name,
+            events=happened,
+            messages_before=len(messages),
+            messages_after=len(view),
+            count_tokens=lambda: (counter.count_messages(messages), counter.count_messages(view)),
+            run_id=run_id,
+            compile_id=compile_id,
+        )
+        assert context.budget is not None
+        usage = self._measure(view, messages, context.budget, counter, run_id=run_id, compile_id=compile_id)
+        self.last_usage = usage
+        self._last_sent = (run_id, view)
+        await self._dispatch(usage)
+        return view
+
+    def _measure(
+        self,
+        view: list[ModelMessage],
+        log: Sequence[ModelMessage],
+        budget: ContextBudget,
+        counter: TokenCounter,
+        *,
+        run_id: str | None,
+        compile_id: int,
+    ) -> ContextUsageEvent:
+        reading = None
+        if self._last_sent is not None and self._last_sent[0] == run_id:
+            reading = measure_context(
+                view, counter=counter, sent=self._last_sent[1], reserved_system=budget.reserved_system
+            )
+        if reading is None or not reading.anchored:
+            reading = measure_context(view, counter=counter, log=log, reserved_system=budget.reserved_system)
+        return ContextUsageEvent(
+            message_tokens=reading.tokens,
+            used_tokens=reading.tokens + budget.reserved_system,
+            window_tokens=budget.context_window,
+            limit_tokens=budget.limit,
+            soft_limit_tokens=budget.soft_limit,
+            window_source=budget.window_source,
+            anchored=reading.anchored,
+            estimated_tokens=reading.estimated_tokens,
+            messages=len(view),
+            log_messages=len(log),
+            compacted=len(view) != len(log) or any(a is not b for a, b in zip(view, log, strict=False)),
+            run_id=run_id,
+            profile=self.name,
+            compile_id=compile_id,
         )
 
-    async def _dispatch(self, event: CompactionEvent) -> None:
-        self.events.append(event)
+    async def _dispatch(self, event: ContextEvent) -> None:
         for handler in self.event_handlers:
             result = handler(event)
             if inspect.isawaitable(result):
                 await result
+
+    @property
+    def last_compile_events(self) -> list[CompactionEvent]:
+        """The compaction events of the latest finished compile (empty if it changed nothing)."""
+        return [e for e in self.events if e.compile_id == self._last_compile_id]
+
+    def run_events(self, run_id: str | None = None) -> list[CompactionEvent]:
+        """The kept compaction events of agent run `run_id` (default: the run of the newest event)."""
+        if run_id is None:
+            if not self.events:
+                return []
+            run_id = self.events[-1].run_id
+        return [e for e in self.events if e.run_id == run_id]
 
     # --- pydantic-ai integration --------------------------------------------------------------
 
@@ -178,7 +274,8 @@ class ContextProfile(AbstractCapability[Any]):
         if self.name in _PRESETS and not ({'steps'} & changes.keys()):
             merged = {**self._overrides(), **changes}
             return profile(self.name, **merged)
-        return dataclasses.replace(self, **changes)
+        # A copy observes its own compiles: it must not share the event history.
+        return dataclasses.replace(self, **{'events': collections.deque(maxlen=_EVENTS_KEPT), **changes})
 
     def _overrides(self) -> dict[str, Any]:
         base = {
@@ -191,25 +288,6 @@ class ContextProfile(AbstractCapability[Any]):
             'on_event': tuple(self.event_handlers),
         }
         return {**base, **self.settings}
-
-
-def _model_name(model: Any) -> str | None:
-    if model is None:
-        return None
-    if isinstance(model, str):
-        return model
-    return getattr(model, 'model_name', None)
-
-
-_COUNTERS: dict[str | None, TokenCounter] = {}
-
-
-def _default_counter(model_name: str | None) -> TokenCounter:
-    # One counter per model name: its per-message memo is what makes repeated compiles cheap.
-    found = _COUNTERS.get(model_name)
-    if found is None:
-        found = _COUNTERS[model_name] = TiktokenCounter(model=model_name)
-    return found
 
 
 # --- presets ----------------------------------------------------------------------------------
@@ -240,13 +318,26 @@ def available_profiles() -> list[str]:
     return sorted(_PRESETS)
 
 
-def profile(name: str, **overrides: Any) -> ContextProfile:
-    """Build the preset called `name`, with settings overridden by keyword.
+def preset_factory(name: str) -> PresetFactory:
+    """The factory registered as `name`; `ValueError` listing the known presets if there is none."""
+    try:
+        return _PRESETS[name]
+    except KeyError:
+        raise ValueError(
+            f'unknown profile {name!r}; known profiles: {", ".join(available_profiles())}'
+        ) from None
+
+
+def profile(name: str | None = None, **overrides: Any) -> ContextProfile:
+    """Build the preset called `name`, with settings from keywords, then the environment, then its defaults.
 
     Every preset accepts `context_window`, `reserved_output`, `reserved_system`,
     `soft_threshold`, `counter`, `summary_model` and `on_event`, plus its own documented
-    settings. An unknown setting raises `TypeError` naming it; an unknown preset raises
-    `ValueError` listing the known ones.
+    settings. Settings not given as keywords come from `PYDANTIC_AI_CONTEXT_*` environment
+    variables (see `ContextSettings`); without a `name`, `PYDANTIC_AI_CONTEXT_PROFILE` names the
+    preset (default `'transparent'`). An unknown setting raises `TypeError` naming it; an unknown
+    preset raises `ValueError` listing the known ones; an invalid environment variable raises
+    `ContextSettingsError` naming the variable.
 
     Example:
         ```python
@@ -256,12 +347,9 @@ def profile(name: str, **overrides: Any) -> ContextProfile:
         assert p.name == 'transparent' and p.context_window == 64_000
         ```
     """
-    try:
-        factory = _PRESETS[name]
-    except KeyError:
-        raise ValueError(
-            f'unknown profile {name!r}; known profiles: {", ".join(available_profiles())}'
-        ) from None
+    if name is None:
+        name = default_profile_name()
+    factory = preset_factory(name)
     own = _own_settings(factory)
     unknown = sorted(set(overrides) - _COMMON - own)
     if unknown:
@@ -269,7 +357,7 @@ def profile(name: str, **overrides: Any) -> ContextProfile:
             f'profile {name!r} got unknown setting(s) {", ".join(map(repr, unknown))}; '
             f'accepted: {", ".join(sorted(_COMMON | own))}'
         )
-    return factory(**overrides)
+    return factory(**{**environment_overrides(factory, skip=overrides.keys()), **overrides})
 
 
 def _own_settings(factory: PresetFactory) -> frozenset[str]:

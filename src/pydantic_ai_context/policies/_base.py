@@ -8,14 +8,13 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
 
+from ..tokens import default_counter
 from ..views import CompileContext
 
 
 def standalone_context(messages: Sequence[ModelMessage]) -> CompileContext:
     """The context a policy gets when it runs on its own, outside a profile."""
-    from ..profiles import _default_counter
-
-    return CompileContext(counter=_default_counter(None), log=messages)
+    return CompileContext(counter=default_counter(None), log=messages)
 
 
 class SyncPolicy:

@@ -75,6 +75,9 @@ class MaskObservations(SyncPolicy):
     """Tool names whose results are never masked."""
     prefix: str = '[output masked] '
     """Text before each digest, telling the model the output was removed (it can run the call again)."""
+    repeat_call: bool = False
+    """Repeat the call's summary in the digest. Off by default: the call is in the response right
+    before, so repeating it only costs tokens."""
     max_paths: int = 128
     """File paths listed in a digest."""
     max_errors: int = 8
@@ -169,7 +172,13 @@ class MaskObservations(SyncPolicy):
         self, part: ToolReturnPart, call: ToolCallPart | None, shown: frozenset[str], context: CompileContext
     ) -> ToolReturnPart | None:
         line = _facts.digest(
-            call, part, max_paths=self.max_paths, max_errors=self.max_errors, prefix=self.prefix, known=shown
+            call,
+            part,
+            max_paths=self.max_paths,
+            max_errors=self.max_errors,
+            prefix=self.prefix,
+            known=shown,
+            with_call=self.repeat_call,
         )
         text = _parts.tool_content_text(part.content)
         if len(line) >= len(text):

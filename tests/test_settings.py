@@ -1,0 +1,135 @@
+"""`PYDANTIC_AI_CONTEXT_*` settings: precedence (keywords > environment > preset defaults) and errors."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pytest
+
+from pydantic_ai_context import ContextProfile, profile, profiles
+from pydantic_ai_context.profiles import split_settings
+from pydantic_ai_context.settings import ContextSettings, ContextSettingsError
+
+
+class Opaque:
+    """A setting type that cannot come from a string."""
+
+
+def demo(
+    *,
+    keep_recent: int = 10,
+    mode: Literal['keep', 'drop'] = 'keep',
+    ratio: float | None = None,
+    opaque: Opaque | None = None,
+    **settings: Any,
+) -> ContextProfile:
+    common, own = split_settings(settings)
+    return ContextProfile(
+        name='demo',
+        settings={'keep_recent': keep_recent, 'mode': mode, 'ratio': ratio, 'opaque': opaque, **own},
+        **common,
+    )
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.upper().startswith('PYDANTIC_AI_CONTEXT_'):
+            monkeypatch.delenv(name)
+    monkeypatch.setitem(profiles._PRESETS, 'demo', demo)
+
+
+def test_defaults_without_environment() -> None:
+    p = profile('demo')
+    assert p.context_window is None
+    assert p.reserved_output is None  # scaled to the window by ContextBudget.for_model
+    assert p.settings['keep_recent'] == 10
+    assert ContextSettings.load().overrides() == {}
+
+
+def test_environment_beats_preset_defaults_and_keywords_beat_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW', '64000')
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_SOFT_THRESHOLD', '0.5')
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_RESERVED_SYSTEM', '1200')
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_SUMMARY_MODEL', 'openai:gpt-4o-mini')
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_KEEP_RECENT', '3')
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_MODE', 'drop')
+    p = profile('demo')
+    assert (p.context_window, p.soft_threshold, p.reserved_system) == (64_000, 0.5, 1_200)
+    assert p.summary_model == 'openai:gpt-4o-mini'
+    assert p.settings['keep_recent'] == 3  # validated and converted from the string
+    assert p.settings['mode'] == 'drop'
+    q = profile('demo', context_window=8_000, keep_recent=7)
+    assert q.context_window == 8_000
+    assert q.settings['keep_recent'] == 7
+    assert q.soft_threshold == 0.5
+
+
+def test_an_invalid_variable_is_not_checked_when_a_keyword_overrides_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW', 'abc')
+    assert profile('demo', context_window=1_000).context_window == 1_000
+
+
+def test_replace_keeps_what_the_profile_was_built_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = profile('demo', keep_recent=4)
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_KEEP_RECENT', '9')
+    assert p.replace(context_window=10_000).settings['keep_recent'] == 4
+
+
+def test_variables_a_preset_does_not_take_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_KEEP_RECENT', '3')
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_SOMETHING_ELSE', 'x')
+    assert profile('transparent').settings == {}
+
+
+@pytest.mark.parametrize(
+    ('variable', 'value'),
+    [
+        ('PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW', 'abc'),
+        ('PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW', '0'),
+        ('PYDANTIC_AI_CONTEXT_SOFT_THRESHOLD', '1.5'),
+        ('PYDANTIC_AI_CONTEXT_RESERVED_OUTPUT', '-1'),
+        ('PYDANTIC_AI_CONTEXT_KEEP_RECENT', 'many'),
+        ('PYDANTIC_AI_CONTEXT_MODE', 'sometimes'),
+    ],
+)
+def test_invalid_value_names_the_variable(monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ContextSettingsError, match=variable) as info:
+        profile('demo')
+    assert repr(value) in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_a_setting_that_takes_an_object_cannot_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_OPAQUE', 'x')
+    with pytest.raises(ContextSettingsError, match='PYDANTIC_AI_CONTEXT_OPAQUE'):
+        profile('demo')
+    assert isinstance(profile('demo', opaque=Opaque()).settings['opaque'], Opaque)
+
+
+def test_default_profile_name_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert profile().name == 'transparent'
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_PROFILE', 'demo')
+    assert profile().name == 'demo'
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_PROFILE', 'nope')
+    with pytest.raises(ValueError, match='unknown profile'):
+        profile()
+
+
+def test_for_profile_lists_the_preset_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_RATIO', '0.25')
+    settings = ContextSettings.for_profile('demo')
+    assert settings.overrides() == {'ratio': 0.25}
+    assert {'keep_recent', 'mode', 'ratio', 'context_window'} <= set(type(settings).model_fields)
+    assert ContextSettings.variable('keep_recent') == 'PYDANTIC_AI_CONTEXT_KEEP_RECENT'
+    with pytest.raises(ValueError, match='unknown profile'):
+        ContextSettings.for_profile('nope')

@@ -47,6 +47,7 @@ from pydantic_ai_context.replay import (
     FactIndex,
     ReplayResult,
     ViewCompiler,
+    extractive_summary_model,
     geometric_mean,
     load_histories,
     replay,
@@ -172,7 +173,15 @@ async def replay_file(
     for window in windows:
         compilers: dict[str, Callable[[], ViewCompiler | None]] = {'none': lambda: None}
         for name in profiles:
-            compilers[name] = functools.partial(profile, name, context_window=window, counter=counter)
+            # Summarising presets get the deterministic extractive summariser: offline, and its
+            # calls are charged like a real model's (input x1.0, output x4.0).
+            compilers[name] = functools.partial(
+                profile,
+                name,
+                context_window=window,
+                counter=counter,
+                summary_model=extractive_summary_model(),
+            )
         if harness:
             compilers.update(harness_factories(window, counter.count_text))
         results: dict[str, ReplayResult] = {}
@@ -200,7 +209,18 @@ def _pct(value: float) -> str:
 def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
     base = results['none']
     table = Table(title=title, title_justify='left')
-    for column in ('profile', 'input tok', 'cost', 'ratio', 'peak', 'over', 'facts', 'needed', 'ms (med)'):
+    for column in (
+        'profile',
+        'input tok',
+        'cost',
+        'ratio',
+        'peak',
+        'over',
+        'facts',
+        'needed',
+        'sum calls',
+        'ms (med)',
+    ):
         table.add_column(column, justify='left' if column == 'profile' else 'right')
     for label, result in results.items():
         table.add_row(
@@ -212,6 +232,7 @@ def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
             f'{result.requests_over_window}' + (f' ({result.errors} err)' if result.errors else ''),
             _pct(result.fact_retention),
             _pct(result.needed_fact_retention),
+            f'{result.summary_calls}',
             f'{result.compile_ms_median:.2f}',
         )
     return table

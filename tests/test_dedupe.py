@@ -27,8 +27,9 @@ from .strategies import any_histories
 PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TRAJECTORIES = sorted((Path(__file__).resolve().parents[2] / 'shared' / 'trajectories').glob('*.json'))
 SOURCE = long_text(40, prefix='def f')
-EAGER = {'keep_recent': 1, 'step': 1}
-"""Settings under which every result but the newest is outside the recency window."""
+EAGER = {'keep_recent': 1, 'step': 1, 'within_step': False}
+"""Settings under which every result but the newest is outside the recency window, and any newer
+copy may supersede an older one (the semantics of superseding, apart from cache stability)."""
 
 
 def dedupe(log: list[ModelMessage], **settings: object) -> list[ModelMessage]:
@@ -331,3 +332,31 @@ def test_trajectory(path: Path) -> None:
             later = [p.tool_call_id for p in results(view)[i + 1 :]]
             assert record['by'] in later  # the back-reference points forward, at a result in the view
     assert dedupe(view, keep_recent=3, step=5) == view
+
+
+def test_within_step_supersedes_only_inside_one_frontier_step() -> None:
+    """Cache stability: an older copy changes only at the frontier jump that also compacts it."""
+    source = 'def main():\n' + '    print("hello")\n' * 40
+    h = History().user('fix main.py')
+    for i in range(9):
+        name = 'read_file' if i in (0, 2, 5) else 'ls'
+        h.step(
+            Tool(
+                name,
+                {'path': 'main.py'} if name == 'read_file' else {},
+                source if name == 'read_file' else str(i),
+            )
+        )
+    log = h.build()
+    view = dedupe(log, keep_recent=1, step=4, within_step=True)
+    contents = [p.content for m in view for p in m.parts if isinstance(p, ToolReturnPart)]
+    # Observations 0-3 and 4-7 are the two compacted steps: read 0 is superseded by read 2 (same
+    # step); read 2 is not superseded by read 5 (a later step) -- that would rewrite a part the
+    # previous request already sent.
+    assert contents[0].startswith('[superseded')
+    assert contents[2] == source
+    assert contents[5] == source
+    everything = dedupe(log, keep_recent=1, step=4, within_step=False)
+    assert [p.content for m in everything for p in m.parts if isinstance(p, ToolReturnPart)][2].startswith(
+        '[superseded'
+    )

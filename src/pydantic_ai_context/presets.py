@@ -37,9 +37,10 @@ def transparent(**settings: Any) -> ContextProfile:
 
 def coding(
     *,
-    keep_recent: int = 3,
+    keep_recent: int = 2,
     step: int = 10,
     trim_threshold: int = 400,
+    clip_args: int = 80,
     isolate_mode: IsolateMode = 'digest',
     exclude_tools: Iterable[str] = DEFAULT_EXCLUDED_TOOLS,
     keep_last_steps: int = 2,
@@ -53,6 +54,8 @@ def coding(
             cached prompt prefix less often.
         trim_threshold: Tool results older than the window and longer than this many tokens
             are trimmed to head + tail (then masked).
+        clip_args: Long string arguments of old tool calls (file contents sent to an editor)
+            are clipped to this many characters; paths and a command's first line stay whole.
         isolate_mode: What finished runs keep of their tool trace (`keep`/`mask`/`digest`/`drop`).
         exclude_tools: Tools whose results are never masked (reasoning and plan trackers).
         keep_last_steps: Steps `fit_to_budget` never drops.
@@ -63,6 +66,7 @@ def coding(
             'keep_recent': keep_recent,
             'step': step,
             'trim_threshold': trim_threshold,
+            'clip_args': clip_args,
             'isolate_mode': isolate_mode,
             'exclude_tools': tuple(exclude_tools),
             'keep_last_steps': keep_last_steps,
@@ -73,9 +77,10 @@ def coding(
 
 def chat(
     *,
-    keep_recent: int = 3,
+    keep_recent: int = 2,
     step: int = 10,
     trim_threshold: int = 400,
+    clip_args: int = 80,
     isolate_mode: IsolateMode = 'digest',
     summary_step: int = 8,
     summary_keep_tokens: int | None = None,
@@ -91,6 +96,7 @@ def chat(
         keep_recent: Tool observations kept verbatim (trim's recency window).
         step: Observations the trim frontier advances at once.
         trim_threshold: Old tool results longer than this many tokens are trimmed.
+        clip_args: Long string arguments of old tool calls are clipped to this many characters.
         isolate_mode: What finished runs keep of their tool trace.
         summary_step: The summarised span ends on a multiple of this many messages.
         summary_keep_tokens: Tokens the summariser leaves verbatim at the end (default: 40% of
@@ -105,6 +111,7 @@ def chat(
             'keep_recent': keep_recent,
             'step': step,
             'trim_threshold': trim_threshold,
+            'clip_args': clip_args,
             'isolate_mode': isolate_mode,
             'summary_step': summary_step,
             'summary_keep_tokens': summary_keep_tokens,
@@ -123,7 +130,7 @@ def chat(
     )
     steps = (
         isolate_boundaries(mode=isolate_mode),
-        trim_tool_outputs(frontier=frontier, max_tokens=trim_threshold),
+        trim_tool_outputs(frontier=frontier, max_tokens=trim_threshold, max_arg_chars=clip_args),
         summarize,
         fit_to_budget(keep_last_steps=keep_last_steps),
     )
@@ -132,9 +139,10 @@ def chat(
 
 def long_horizon(
     *,
-    keep_recent: int = 3,
+    keep_recent: int = 2,
     step: int = 10,
     trim_threshold: int = 400,
+    clip_args: int = 80,
     isolate_mode: IsolateMode = 'digest',
     exclude_tools: Iterable[str] = DEFAULT_EXCLUDED_TOOLS,
     summary_step: int = 10,
@@ -151,6 +159,7 @@ def long_horizon(
         keep_recent: Tool observations kept verbatim at the end of the view.
         step: Observations the compaction frontier advances at once.
         trim_threshold: Old tool results longer than this many tokens are trimmed, then masked.
+        clip_args: Long string arguments of old tool calls are clipped to this many characters.
         isolate_mode: What finished runs keep of their tool trace.
         exclude_tools: Tools whose results are never masked.
         summary_step: The summarised span ends on a multiple of this many messages.
@@ -166,6 +175,7 @@ def long_horizon(
             'keep_recent': keep_recent,
             'step': step,
             'trim_threshold': trim_threshold,
+            'clip_args': clip_args,
             'isolate_mode': isolate_mode,
             'exclude_tools': tuple(exclude_tools),
             'summary_step': summary_step,
@@ -179,6 +189,7 @@ def long_horizon(
         keep_recent=keep_recent,
         step=step,
         trim_threshold=trim_threshold,
+        clip_args=clip_args,
         isolate_mode=isolate_mode,
         exclude_tools=tuple(exclude_tools),
         keep_last_steps=keep_last_steps,
@@ -201,6 +212,7 @@ def _zero_llm_chain(
     keep_recent: int,
     step: int,
     trim_threshold: int,
+    clip_args: int,
     isolate_mode: IsolateMode,
     exclude_tools: tuple[str, ...],
     keep_last_steps: int,
@@ -212,7 +224,7 @@ def _zero_llm_chain(
     return (
         isolate_boundaries(mode=isolate_mode),
         dedupe_reads(frontier=frontier),
-        trim_tool_outputs(frontier=frontier, max_tokens=trim_threshold),
+        trim_tool_outputs(frontier=frontier, max_tokens=trim_threshold, max_arg_chars=clip_args),
         mask_observations(frontier=frontier, exclude_tools=exclude_tools),
         fit_to_budget(keep_last_steps=keep_last_steps),
     )

@@ -43,7 +43,9 @@ from pydantic_ai.messages import (
     ModelResponse,
     TextPart,
     ToolReturnPart,
+    UserPromptPart,
 )
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from . import _parts
@@ -59,6 +61,7 @@ __all__ = (
     'RequestRecord',
     'ViewCompiler',
     'error_lines',
+    'extractive_summary_model',
     'geometric_mean',
     'load_histories',
     'load_history',
@@ -678,3 +681,51 @@ def geometric_mean(values: Iterable[float]) -> float:
     if not items:
         return math.nan
     return math.exp(sum(math.log(v) for v in items) / len(items))
+
+
+# --- a deterministic summariser for offline replays ----------------------------------------------
+
+
+def extractive_summary_model(*, max_chars: int = 2_400) -> FunctionModel:
+    """A deterministic, offline stand-in for a summariser model, for replays and tests.
+
+    It answers the summariser's prompt with an *extractive* summary of the transcript it was
+    given: the first lines of the task, every file path and error line it mentions (the execution
+    facts replay measures), and the end of the last assistant text, within `max_chars`. A real
+    model writes better summaries; this one makes summarising profiles measurable without a
+    network, and its cost is charged like a real call (input x1.0, output x4.0).
+
+    Example:
+        ```python
+        from pydantic_ai import Agent
+
+        from pydantic_ai_context.replay import extractive_summary_model
+
+        agent = Agent(extractive_summary_model())
+        out = agent.run_sync('<transcript>[user] fix src/app.py\\nValueError: boom</transcript>').output
+        assert 'src/app.py' in out and 'ValueError: boom' in out
+        ```
+    """
+
+    def summarise(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompt = '\n'.join(
+            p.content
+            for m in messages
+            for p in m.parts
+            if isinstance(p, UserPromptPart) and isinstance(p.content, str)
+        )
+        lines = [line.strip() for line in prompt.splitlines() if line.strip()]
+        task = [line for line in lines if not line.startswith('<')][:3]
+        paths = list(dict.fromkeys(paths_in(prompt)))
+        errors = list(dict.fromkeys(error_lines(prompt)))
+        parts = ['Goal: ' + ' / '.join(task)[:400]]
+        if paths:
+            parts.append('Files: ' + ', '.join(paths))
+        if errors:
+            parts.append('Errors: ' + ' | '.join(errors))
+        text = '\n'.join(parts)
+        if len(text) > max_chars:
+            text = text[: max_chars - 20].rsplit(', ', 1)[0] + ' (and more)'
+        return ModelResponse(parts=[TextPart(text)])
+
+    return FunctionModel(summarise, model_name='extractive-summariser')

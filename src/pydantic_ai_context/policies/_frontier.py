@@ -39,7 +39,7 @@ __all__ = (
     'unresolved_failures',
 )
 
-_TEXT_TOKENS: dict[tuple[int, str], int] = {}
+_TEXT_TOKENS: dict[tuple[Hashable, str], int] = {}
 _TEXT_TOKENS_SIZE: Final = 16_384
 
 V = TypeVar('V')
@@ -73,10 +73,16 @@ class IdentityMemo(Generic[V]):
 _NOMINAL: IdentityMemo[tuple[int, int]] = IdentityMemo()
 
 
+def counter_key(counter: TokenCounter) -> Hashable:
+    """What identifies a counter's counts in a memo: its kind and name, never its `id` (ids are
+    reused once an object is freed, and a stale count would make the view nondeterministic)."""
+    return (type(counter).__module__, type(counter).__qualname__, counter.name)
+
+
 def _count_text(counter: TokenCounter, text: str) -> int:
     # The counter memoises whole messages, not text; tool outputs are the same string objects
     # from one compile to the next, and a string caches its hash, so this lookup is cheap.
-    key = (id(counter), text)
+    key = (counter_key(counter), text)
     found = _TEXT_TOKENS.get(key)
     if found is None:
         if len(_TEXT_TOKENS) >= _TEXT_TOKENS_SIZE:
@@ -131,7 +137,7 @@ def _observation_tokens(message: ModelMessage, counter: TokenCounter) -> int:
 
 def _nominal(message: ModelMessage, counter: TokenCounter) -> tuple[int, int]:
     """(all parts, tool results only), in nominal tokens; memoised per message and counter."""
-    found = _NOMINAL.get(message, id(counter))
+    found = _NOMINAL.get(message, counter_key(counter))
     if found is not None:
         return found
     record = _parts.marker(message) or {}
@@ -146,7 +152,7 @@ def _nominal(message: ModelMessage, counter: TokenCounter) -> tuple[int, int]:
         total += tokens
         if _parts.is_tool_result(part):
             results += tokens
-    return _NOMINAL.put(message, (total, results), id(counter))
+    return _NOMINAL.put(message, (total, results), counter_key(counter))
 
 
 def compaction_frontier(

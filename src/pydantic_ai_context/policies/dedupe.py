@@ -25,7 +25,7 @@ from pydantic_ai_context._facts import call_summary
 from pydantic_ai_context.views import CompileContext
 
 from ._base import SyncPolicy
-from ._frontier import Frontier, nominal_part_tokens
+from ._frontier import Frontier, nominal_part_tokens, observation_indices
 
 __all__ = ('DedupeReads', 'ReadKey', 'dedupe_reads', 'read_key', 'read_path')
 
@@ -310,12 +310,12 @@ class DedupeReads(SyncPolicy):
 
         source = 'def main():\\n' + '    print("hello")\\n' * 40
         log = [ModelRequest(parts=[UserPromptPart('Fix main.py')])]
-        for i in range(4):  # the agent reads main.py twice, then runs two commands
+        for i in range(5):  # the agent reads main.py twice, then runs three commands
             read = i < 2
             name, args, output = ('read_file', {'path': 'main.py'}, source) if read else ('ls', {}, str(i))
             log.append(ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=f'c{i}')]))
             log.append(ModelRequest(parts=[ToolReturnPart(name, output, tool_call_id=f'c{i}')]))
-        view = dedupe_reads(keep_recent=1, step=1)(log)
+        view = dedupe_reads(keep_recent=1, step=4)(log)
         assert view[2].parts[0].content.startswith('[superseded: re-read later by call c1')
         assert view[4].parts[0].content == source  # the newest copy stays
         ```
@@ -337,6 +337,11 @@ class DedupeReads(SyncPolicy):
     """A shared frontier (from a profile); when set, it replaces `keep_recent` and `step`."""
     min_tokens: int = 64
     """Copies smaller than this stay: a back-reference would save little and still change the prefix."""
+    within_step: bool = True
+    """Supersede a copy only by a newer copy in the same frontier step. Both then leave the recency
+    window at the same jump, so superseding never rewrites a part of the prompt that an earlier
+    request already sent (replaying the shared runs: superseding across steps cost more in broken
+    prompt-cache prefixes than it saved)."""
 
     def __post_init__(self) -> None:
         self._frontier()  # validates keep_recent and step now rather than at the first compile
@@ -421,6 +426,8 @@ class DedupeReads(SyncPolicy):
         """
         writes = _write_calls(messages[:frontier])
         write_at = [i for i, _ in writes]
+        step = self._frontier().step
+        ordinal = {index: n for n, index in enumerate(observation_indices(messages[:frontier]))}
         newer_by_key: dict[str, _Result] = {}
         newer_by_hash: dict[tuple[str, str], _Result] = {}
         replaced: dict[tuple[int, int], Any] = {}
@@ -447,6 +454,11 @@ class DedupeReads(SyncPolicy):
             if hash_key is not None:
                 newer_by_hash[hash_key] = result
             if target is None or target.call is None or _parts.marker(result.part) is not None:
+                continue
+            if (
+                self.within_step
+                and ordinal.get(result.index, -1) // step != ordinal.get(target.index, -1) // step
+            ):
                 continue
             tokens = nominal_part_tokens(result.part, context.counter)
             text = note.format(id=target.call.tool_call_id, summary=call_summary(target.call, max_len=100))

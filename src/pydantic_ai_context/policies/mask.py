@@ -13,7 +13,14 @@ from pydantic_ai_context import _facts, _parts
 from pydantic_ai_context.views import CompileContext
 
 from ._base import SyncPolicy
-from ._frontier import Frontier, IdentityMemo, frontier_from, nominal_part_tokens, unresolved_failures
+from ._frontier import (
+    Frontier,
+    IdentityMemo,
+    counter_key,
+    frontier_from,
+    nominal_part_tokens,
+    unresolved_failures,
+)
 
 __all__ = ('DEFAULT_EXCLUDED_TOOLS', 'MaskObservations', 'mask_observations')
 
@@ -109,7 +116,7 @@ class MaskObservations(SyncPolicy):
                 shown = frozenset().union(
                     *(_facts.facts_in_text(_parts.part_text(p)) & seen for p in results)
                 )
-                key = (kept, shown, id(previous), id(context.counter))
+                key = (kept, shown, id(previous), counter_key(context.counter))
                 found = self._memo.get(message, key)
                 if found is None or found[0] is not previous:
                     new_message = self._mask_request(message, previous, kept, shown, context)

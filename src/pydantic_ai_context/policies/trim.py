@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -19,6 +20,7 @@ from ._frontier import (
     Frontier,
     IdentityMemo,
     _count_text,
+    counter_key,
     frontier_from,
     nominal_part_tokens,
     unresolved_failures,
@@ -128,10 +130,10 @@ class TrimToolOutputs(SyncPolicy):
             old = i < frontier
             if isinstance(message, ModelResponse):
                 if old and self.max_arg_chars > 0:
-                    new_response = self._memo.get(message, ('clip', id(counter)))
+                    new_response = self._memo.get(message, ('clip', counter_key(counter)))
                     if new_response is None:
                         new_response = self._memo.put(
-                            message, self._clip_calls(message, counter), ('clip', id(counter))
+                            message, self._clip_calls(message, counter), ('clip', counter_key(counter))
                         )
                     if new_response is not message:
                         out[i] = new_response
@@ -150,7 +152,7 @@ class TrimToolOutputs(SyncPolicy):
             kept = frozenset(
                 p.tool_call_id for p in _parts.tool_results(message) if old and p.tool_call_id in failures
             )
-            key = (old, limit, kept, id(counter))
+            key = (old, limit, kept, counter_key(counter))
             found = self._memo.get(message, key)
             if found is None:
                 found = self._memo.put(
@@ -262,9 +264,13 @@ class TrimToolOutputs(SyncPolicy):
             return message
         parts = list(message.parts)
         originals: dict[str, int] = {}
+        done = (_parts.marker(message) or {}).get('args_tokens')
+        clipped_before = done if isinstance(done, dict) else {}
         for j, part in enumerate(parts):
             if not isinstance(part, ToolCallPart) or _parts.is_pinned(part):
                 continue
+            if part.tool_call_id in clipped_before:
+                continue  # clipped by an earlier compile: clipping its clipped text again would not be idempotent
             new_args = _clip_args(part.args, self.max_arg_chars)
             if new_args is not None:
                 originals[part.tool_call_id] = nominal_part_tokens(part, counter)
@@ -281,9 +287,12 @@ class TrimToolOutputs(SyncPolicy):
         return dataclasses.replace(message, parts=parts, metadata=metadata)
 
 
+_CLIP_NOTE: Final = re.compile(r'\[\.\.\. [\d,]+ more chars clipped by pydantic-ai-context\]$')
+
+
 def _clip_value(key: str, value: str, max_chars: int) -> str | None:
     """The clipped string, or None when it stays as it is."""
-    if len(value) <= max_chars or key in _KEPT_ARGS:
+    if len(value) <= max_chars or key in _KEPT_ARGS or _CLIP_NOTE.search(value):
         return None
     cut = len(value) - max_chars
     note = f'[... {cut:,} more chars clipped by pydantic-ai-context]'

@@ -116,9 +116,21 @@ def is_pinned(obj: Any) -> bool:
     return isinstance(meta, dict) and meta.get('pinned') is True
 
 
+_PINNED: dict[int, tuple[ModelMessage, bool]] = {}
+
+
 def message_pinned(message: ModelMessage) -> bool:
     """The message, or any of its parts, is pinned by the application (`metadata={'pinned': True}`)."""
-    return is_pinned(message) or any(is_pinned(p) for p in message.parts)
+    # Asked of every message by several policies on every compile; messages are not changed in
+    # place, so the answer is remembered per object (held, so its id is not reused).
+    found = _PINNED.get(id(message))
+    if found is not None and found[0] is message:
+        return found[1]
+    pinned = is_pinned(message) or any(is_pinned(p) for p in message.parts)
+    if len(_PINNED) >= 100_000:
+        _PINNED.clear()
+    _PINNED[id(message)] = (message, pinned)
+    return pinned
 
 
 # --- text -------------------------------------------------------------------------------------

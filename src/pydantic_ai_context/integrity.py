@@ -146,7 +146,8 @@ def check_messages(messages: Sequence[Any]) -> None:
             raise HistoryIntegrityError(
                 i, f'expected a ModelRequest or ModelResponse, got {type(m).__name__}'
             )
-        if not isinstance(m.parts, Sequence):
+        # `type(...) is list` first: the ABC check is slow, and this runs on every message per compile.
+        if type(m.parts) is not list and not isinstance(m.parts, Sequence):
             raise HistoryIntegrityError(i, f'parts must be a sequence, got {type(m.parts).__name__}')
 
 
@@ -331,35 +332,49 @@ def normalize(
     return view
 
 
+_Shape = tuple[bool, tuple[str, ...], tuple[str, ...]]
+"""(has parts, tool call ids, tool result ids) of one message."""
+
+_SHAPES: dict[int, tuple[ModelMessage, _Shape]] = {}
+_SHAPES_SIZE = 100_000
+
+
+def _shape(message: ModelMessage) -> _Shape:
+    # Messages of a log are the same objects from one compile to the next and are never changed
+    # in place; remembering their shape (holding the object, so its id is not reused) makes the
+    # validity check a pass over tuples.
+    found = _SHAPES.get(id(message))
+    if found is not None and found[0] is message:
+        return found[1]
+    parts: list[Any] = list(message.parts)
+    if isinstance(message, ModelRequest):
+        shape: _Shape = (bool(parts), (), tuple(p.tool_call_id for p in parts if _parts.is_tool_result(p)))
+    else:
+        shape = (bool(parts), tuple(p.tool_call_id for p in parts if _parts.is_tool_call(p)), ())
+    if len(_SHAPES) >= _SHAPES_SIZE:
+        _SHAPES.clear()
+    _SHAPES[id(message)] = (message, shape)
+    return shape
+
+
 def _already_valid(messages: Sequence[ModelMessage]) -> bool:
     """One cheap pass answering "would normalize change anything?" (the common case: no)."""
     if not messages:
         return True
     expect_request = True
-    calls: set[str] = set()
+    calls: tuple[str, ...] = ()
     for message in messages:
-        parts = message.parts
-        if not parts or isinstance(message, ModelRequest) is not expect_request:
+        if isinstance(message, ModelRequest) is not expect_request:
+            return False
+        has_parts, call_ids, result_ids = _shape(message)
+        if not has_parts:
             return False
         if expect_request:
-            answered: set[str] = set()
-            for part in parts:
-                if _parts.is_tool_result(part):
-                    cid = part.tool_call_id
-                    if cid not in calls or cid in answered:
-                        return False
-                    answered.add(cid)
-            if len(answered) != len(calls):
+            if len(result_ids) != len(calls) or set(result_ids) != set(calls):
                 return False
-            calls = set()
-        else:
-            n_calls = 0
-            for part in parts:
-                if _parts.is_tool_call(part):
-                    calls.add(part.tool_call_id)
-                    n_calls += 1
-            if n_calls != len(calls):
-                return False
+        elif len(set(call_ids)) != len(call_ids):
+            return False
+        calls = call_ids
         expect_request = not expect_request
     # A valid view ends with a request: after it we expect a response.
     return not expect_request

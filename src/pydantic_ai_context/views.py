@@ -303,6 +303,8 @@ async def compile_view(
         before = view
         out = await run_step(step, before, context)
         reason, details = context._take_notes()
+        if not _changed(before, out):
+            continue  # the same messages: still valid, nothing to report
         out, repairs = normalize_with_repairs(out)
         if on_event is not None and _changed(before, out):
             await on_event(

@@ -101,6 +101,20 @@ def nominal_part_tokens(part: Any, counter: TokenCounter) -> int:
     return _count_text(counter, _parts.part_text(part))
 
 
+def hidden_observations(messages: Sequence[ModelMessage]) -> int:
+    """Observations a later step removed from this view (dropped by `fit_to_budget`, covered by a
+    summary), as recorded in its markers. They still count, so the frontier's steps stay aligned
+    the same way on a view of a view as on the log it came from (idempotence)."""
+    hidden = 0
+    for message in messages:
+        record = _parts.marker(message)
+        if record is not None:
+            value = record.get('observations')
+            if isinstance(value, int) and value > 0:
+                hidden += value
+    return hidden
+
+
 def observation_indices(messages: Sequence[ModelMessage]) -> list[int]:
     """Indices of the requests that carry tool results: one observation per agent step."""
     return [i for i, m in enumerate(messages) if isinstance(m, ModelRequest) and _parts.tool_results(m)]
@@ -183,9 +197,13 @@ def compaction_frontier(
     if step < 1:
         raise ValueError(f'step must be >= 1, got {step}')
     obs = observation_indices(messages)
-    total = len(obs)
-    if total <= 1:
+    visible = len(obs)
+    if visible <= 1:
         return 0
+    # Steps are counted from the first observation of the log, including those a later step of
+    # the chain removed from this view: the same messages fall behind the frontier on both.
+    hidden = hidden_observations(messages)
+    total = visible + hidden
     unprotected = total - 1
     if keep_recent is not None:
         unprotected = min(unprotected, total - keep_recent)
@@ -195,12 +213,12 @@ def compaction_frontier(
             raise ValueError('a token-based recency window needs a counter')
         tokens = [_observation_tokens(messages[i], counter) for i in obs]
         protected_tokens = 0
-        start = total
+        start = visible
         while start > 0 and protected_tokens < keep_recent_tokens:
             start -= 1
             protected_tokens += tokens[start]
-        unprotected = min(unprotected, start)
-    compacted = max(unprotected, 0) // step * step
+        unprotected = min(unprotected, start + hidden)
+    compacted = max(unprotected, 0) // step * step - hidden
     if escalate and budget is not None and counter is not None:
         compacted = _escalate(
             messages, obs, compacted, tokens, step, counter, budget, min_recent, compacted_tokens
@@ -227,10 +245,11 @@ def _escalate(
     if tokens is None:
         tokens = [_observation_tokens(messages[i], counter) for i in obs]
     estimate = sum(nominal_message_tokens(m, counter) for m in messages)
-    estimate -= sum(max(t - compacted_tokens, 0) for t in tokens[:compacted])
+    estimate -= sum(max(t - compacted_tokens, 0) for t in tokens[: max(compacted, 0)])
     soft = budget.soft_limit
     while estimate > soft and compacted + step <= total - min_recent:
-        estimate -= sum(max(t - compacted_tokens, 0) for t in tokens[compacted : compacted + step])
+        lo, hi = max(compacted, 0), max(compacted + step, 0)
+        estimate -= sum(max(t - compacted_tokens, 0) for t in tokens[lo:hi])
         compacted += step
     return compacted
 

@@ -15,7 +15,7 @@ import json
 import re
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolReturnPart
@@ -343,6 +343,10 @@ class DedupeReads(SyncPolicy):
     request already sent (replaying the shared runs: superseding across steps cost more in broken
     prompt-cache prefixes than it saved)."""
 
+    _steps_memo: dict[tuple[int, ...], tuple[tuple[ModelMessage, ...], dict[tuple[int, int], Any]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
     def __post_init__(self) -> None:
         self._frontier()  # validates keep_recent and step now rather than at the first compile
 
@@ -353,7 +357,10 @@ class DedupeReads(SyncPolicy):
         frontier = self._frontier().locate(messages, context)
         if frontier == 0:
             return list(messages)
-        replaced = self._supersede(messages, frontier, context)
+        if self.within_step:
+            replaced = self._supersede_by_step(messages, frontier, context)
+        else:
+            replaced = self._supersede(messages, frontier, context)
         if not replaced:
             return list(messages)
         out = list(messages)
@@ -416,6 +423,30 @@ class DedupeReads(SyncPolicy):
                 out.append(_Result(i, part, call, key, path, content_hash, usable))
         return out
 
+    def _supersede_by_step(
+        self, messages: Sequence[ModelMessage], frontier: int, context: CompileContext
+    ) -> dict[tuple[int, int], Any]:
+        """`_supersede` on each frontier step on its own (the response before its first observation
+        through its last observation). A step behind the frontier never changes, so what it
+        superseded is remembered by the identity of its messages: a compile costs the new steps only.
+        """
+        step = self._frontier().step
+        observations = observation_indices(messages[:frontier])
+        replaced: dict[tuple[int, int], Any] = {}
+        for first in range(0, len(observations), step):
+            last = observations[min(first + step, len(observations)) - 1]
+            lo = max(observations[first] - 1, 0)
+            segment = tuple(messages[lo : last + 1])
+            key = tuple(map(id, segment))
+            found = self._steps_memo.get(key)
+            if found is None or any(a is not b for a, b in zip(found[0], segment, strict=True)):
+                if len(self._steps_memo) >= 4_096:
+                    self._steps_memo.clear()
+                found = self._steps_memo[key] = (segment, self._supersede(segment, len(segment), context))
+            for (index, part_id), part in found[1].items():
+                replaced[(index + lo, part_id)] = part
+        return replaced
+
     def _supersede(
         self, messages: Sequence[ModelMessage], frontier: int, context: CompileContext
     ) -> dict[tuple[int, int], Any]:
@@ -426,8 +457,6 @@ class DedupeReads(SyncPolicy):
         """
         writes = _write_calls(messages[:frontier])
         write_at = [i for i, _ in writes]
-        step = self._frontier().step
-        ordinal = {index: n for n, index in enumerate(observation_indices(messages[:frontier]))}
         newer_by_key: dict[str, _Result] = {}
         newer_by_hash: dict[tuple[str, str], _Result] = {}
         replaced: dict[tuple[int, int], Any] = {}
@@ -454,11 +483,6 @@ class DedupeReads(SyncPolicy):
             if hash_key is not None:
                 newer_by_hash[hash_key] = result
             if target is None or target.call is None or _parts.marker(result.part) is not None:
-                continue
-            if (
-                self.within_step
-                and ordinal.get(result.index, -1) // step != ordinal.get(target.index, -1) // step
-            ):
                 continue
             tokens = nominal_part_tokens(result.part, context.counter)
             text = note.format(id=target.call.tool_call_id, summary=call_summary(target.call, max_len=100))

@@ -198,8 +198,14 @@ class _Plan:
             out.extend(self.messages[start:end])
         n = sum(self.units[u][1] - self.units[u][0] for u in dropped)
         tokens = sum(sizes[u] for u in dropped)
+        observations = sum(
+            1
+            for u in dropped
+            for m in self.messages[self.units[u][0] : self.units[u][1]]
+            if isinstance(m, ModelRequest) and _parts.tool_results(m)
+        )
         assert note_at is not None
-        return _with_note(out, note_at, n, tokens)
+        return _with_note(out, note_at, n, tokens, observations)
 
     def explain(self, view: list[ModelMessage], dropped: set[int], counter: TokenCounter, limit: int) -> str:
         """Why the smallest view does not fit: what it still holds, and any message too large on its own."""
@@ -226,10 +232,26 @@ class _Plan:
         return detail
 
 
+_KINDS: dict[tuple[int, ...], tuple[tuple[ModelMessage, ...], str]] = {}
+
+
 def _kind(messages: Sequence[ModelMessage], unit: tuple[int, int]) -> str:
     """'never' (pinned, system prompt), 'conversation' (a later user prompt, unknown parts) or 'step'."""
+    segment = tuple(messages[unit[0] : unit[1]])
+    key = tuple(map(id, segment))
+    found = _KINDS.get(key)
+    if found is not None and all(a is b for a, b in zip(found[0], segment, strict=True)):
+        return found[1]
+    kind = _unit_kind(segment)
+    if len(_KINDS) >= 50_000:
+        _KINDS.clear()
+    _KINDS[key] = (segment, kind)
+    return kind
+
+
+def _unit_kind(segment: Sequence[ModelMessage]) -> str:
     kind = 'step'
-    for message in messages[unit[0] : unit[1]]:
+    for message in segment:
         if _parts.message_pinned(message) or _parts.has_system_prompt(message):
             return 'never'
         if isinstance(message, ModelRequest) and any(
@@ -239,18 +261,31 @@ def _kind(messages: Sequence[ModelMessage], unit: tuple[int, int]) -> str:
     return kind
 
 
-def _with_note(view: list[ModelMessage], at: int, messages: int, tokens: int) -> list[ModelMessage]:
-    """`view` with the note on what was dropped in the request at `at` (merging an earlier note)."""
+def _with_note(
+    view: list[ModelMessage], at: int, messages: int, tokens: int, observations: int
+) -> list[ModelMessage]:
+    """`view` with the note on what was dropped in the request at `at` (merging an earlier note).
+
+    The note records how many observations (tool-result requests) went with the dropped steps:
+    the compaction frontier still counts them, so a view of this view compacts the same messages.
+    """
     for i, message in enumerate(view):
         record = _parts.marker(message)
         if record is not None and record.get('kind') == MARKER_KIND:
             # A view of a view under a smaller budget: one note for everything removed.
             messages += int(record.get('messages', 0))
             tokens += int(record.get('tokens', 0))
+            observations += int(record.get('observations', 0))
             view[i] = _without_note(message, record)
     target = view[at]
     note = DROPPED_NOTE.format(messages=messages, tokens=tokens)
-    record = {'kind': MARKER_KIND, 'messages': messages, 'tokens': tokens, 'note': note}
+    record = {
+        'kind': MARKER_KIND,
+        'messages': messages,
+        'tokens': tokens,
+        'observations': observations,
+        'note': note,
+    }
     if isinstance(target, ModelRequest):
         # A fixed timestamp: the view must be the same, byte for byte, every time it is compiled.
         stamp = target.timestamp or next(

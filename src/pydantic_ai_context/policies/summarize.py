@@ -294,6 +294,7 @@ class _Zones:
     """Log position where the head ends (where the first summary starts)."""
     previous: str | None = None
     previous_digest: str | None = None
+    previous_observations: int = 0
     old_request_parts: list[Any] = field(default_factory=list[Any])
     old_response_parts: list[Any] = field(default_factory=list[Any])
     old_result_parts: list[Any] = field(default_factory=list[Any])
@@ -377,6 +378,7 @@ def _zones_after_summary(messages: Sequence[ModelMessage], s: int, record: dict[
         head_log=int(covers[0]),
         previous=_summary_text(summary_message.parts[part_at]),
         previous_digest=str(record.get('digest') or ''),
+        previous_observations=int(record.get('observations') or 0),
         old_request_parts=list(summary_message.parts[part_at + 1 :]),
         old_response_parts=response_parts,
         old_result_parts=result_parts,
@@ -807,11 +809,17 @@ class SummarizeWindow(AsyncPolicy):
         request_parts = [summary_part, *zones.old_request_parts, *kept.request_parts]
         response_parts = [*zones.old_response_parts, *kept.response_parts]
         result_parts = [*zones.old_result_parts, *kept.result_parts]
+        # Observations (tool-result requests) the summary now stands for: the compaction frontier
+        # still counts them, so a view of this view compacts the same messages.
+        observations = zones.previous_observations + sum(
+            1 for m in middle if isinstance(m, ModelRequest) and _parts.tool_results(m)
+        )
         record: dict[str, Any] = {
             'kind': MARKER_KIND,
             'scope': 'historical',
             'covers': [zones.head_log, zones.log_index(end)],
             'messages': zones.log_index(end) - zones.head_log,
+            'observations': observations,
             'status': status,
             'digest': _digest_text(text),
             'role': self.role,

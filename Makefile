@@ -30,7 +30,7 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 test: lint typecheck docs pytest
 

@@ -77,7 +77,9 @@ def test_repr_shows_chain() -> None:
 async def test_compile_without_run_context_and_events() -> None:
     events: list[CompactionEvent] = []
     p = ContextProfile(
-        steps=(blank_tool_results,), event_handlers=[lambda e: events.append(e) if isinstance(e, CompactionEvent) else None], counter=HeuristicCounter()
+        steps=(blank_tool_results,),
+        event_handlers=[lambda e: events.append(e) if isinstance(e, CompactionEvent) else None],
+        counter=HeuristicCounter(),
     )
     log = (
         History()

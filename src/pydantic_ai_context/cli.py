@@ -35,7 +35,15 @@ from rich.text import Text
 from . import __version__, _parts
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent
 from .profiles import ContextProfile, available_profiles, profile
-from .replay import FactIndex, HistoryLoadError, ReplayResult, geometric_mean, load_histories, replay
+from .replay import (
+    FactIndex,
+    HistoryLoadError,
+    ReplayResult,
+    extractive_summary_model,
+    geometric_mean,
+    load_histories,
+    replay,
+)
 from .settings import ContextSettings, ContextSettingsError, default_profile_name
 from .tokens import TiktokenCounter, TokenCounter
 
@@ -174,6 +182,14 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
         metavar='NAME',
         help='model whose tokenizer counts tokens (default: cl100k_base, as tiktoken offline)',
     )
+    parser.add_argument(
+        '--summary-model',
+        metavar='NAME',
+        default='extractive',
+        help="summariser for summarising profiles: 'extractive' (default: a deterministic offline "
+        "stand-in, charged like a real model), 'none' (their static fallback marker), or a model name "
+        "such as 'openai:gpt-4o-mini' (calls the provider)",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -207,8 +223,17 @@ def _check_profile(name: str, *, allow_none: bool) -> None:
     raise UsageError(f'unknown profile {name!r}; known profiles: {", ".join(choices)}')
 
 
-def _build(name: str, *, window: int, counter: TokenCounter, on_event: Any = ()) -> ContextProfile:
-    return profile(name, context_window=window, counter=counter, on_event=on_event)
+def _build(
+    name: str, *, window: int, counter: TokenCounter, on_event: Any = (), summary_model: str = 'extractive'
+) -> ContextProfile:
+    summariser: Any
+    if summary_model == 'extractive':
+        summariser = extractive_summary_model()
+    elif summary_model == 'none':
+        summariser = None
+    else:
+        summariser = summary_model
+    return profile(name, context_window=window, counter=counter, on_event=on_event, summary_model=summariser)
 
 
 @dataclass
@@ -270,10 +295,19 @@ def _run_replay(args: argparse.Namespace, out: Console, err: Console) -> int:
     window = _window(args)
     counter = _counter(args)
     for name in labels[1:]:
-        _build(name, window=window, counter=counter)  # invalid environment settings fail before the work
+        # Invalid environment settings fail before the work.
+        _build(name, window=window, counter=counter, summary_model=args.summary_model)
     histories = _load(args.files)
     results = asyncio.run(
-        _replay_all(histories, labels, window=window, counter=counter, err=err, progress=not args.no_progress)
+        _replay_all(
+            histories,
+            labels,
+            window=window,
+            counter=counter,
+            err=err,
+            progress=not args.no_progress,
+            summary_model=args.summary_model,
+        )
     )
     for history, per_profile in zip(histories, results, strict=True):
         out.print(_replay_table(history, per_profile))
@@ -302,6 +336,7 @@ async def _replay_all(
     counter: TokenCounter,
     err: Console,
     progress: bool,
+    summary_model: str = 'extractive',
 ) -> list[dict[str, ReplayResult]]:
     total = sum(h.requests for h in histories) * len(labels)
     bar = Progress(
@@ -323,7 +358,7 @@ async def _replay_all(
                 bar.update(task, description=f'{history.file.name} · {label}')
                 compiler = None
                 if label != 'none':
-                    built = _build(label, window=window, counter=counter)
+                    built = _build(label, window=window, counter=counter, summary_model=summary_model)
                     compiler = _Ticking(name=built.name, inner=built, tick=lambda: bar.advance(task))
                 per_profile[label] = await replay(
                     history.messages,
@@ -677,7 +712,9 @@ def _run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
         log_input = list(log)
         title = 'request 1 of 1'
     events: list[ContextEvent] = []
-    built = _build(name, window=window, counter=counter, on_event=events.append)
+    built = _build(
+        name, window=window, counter=counter, on_event=events.append, summary_model=args.summary_model
+    )
     view = asyncio.run(built.compile(log_input))
     rows = align(log_input, view)
     out.print(_inspect_table(f'{args.file}: {title}, profile {name}', rows, log_input, view, counter))

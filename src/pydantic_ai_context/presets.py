@@ -145,7 +145,8 @@ def long_horizon(
     clip_args: int = 80,
     isolate_mode: IsolateMode = 'digest',
     exclude_tools: Iterable[str] = DEFAULT_EXCLUDED_TOOLS,
-    summary_step: int = 10,
+    summary_step: int = 30,
+    summary_threshold: float = 0.95,
     summary_keep_tokens: int | None = None,
     summary_timeout: float = 60.0,
     summary_cache: SummaryCache | None = None,
@@ -162,7 +163,11 @@ def long_horizon(
         clip_args: Long string arguments of old tool calls are clipped to this many characters.
         isolate_mode: What finished runs keep of their tool trace.
         exclude_tools: Tools whose results are never masked.
-        summary_step: The summarised span ends on a multiple of this many messages.
+        summary_step: The summarised span ends on a multiple of this many messages; large, so
+            a new summary (which rewrites the cached prefix after the head) is rare.
+        summary_threshold: Share of the budget's usable limit the masked view must exceed before
+            the summariser is called (replay: 0.95 halves summariser calls against 0.75 and
+            lowers cost, at better fact retention; `fit_to_budget` still guards the limit).
         summary_keep_tokens: Tokens the summariser leaves verbatim at the end (default: 40% of
             the trigger).
         summary_timeout: Seconds the summariser may take before the static marker is used.
@@ -179,6 +184,7 @@ def long_horizon(
             'isolate_mode': isolate_mode,
             'exclude_tools': tuple(exclude_tools),
             'summary_step': summary_step,
+            'summary_threshold': summary_threshold,
             'summary_keep_tokens': summary_keep_tokens,
             'summary_timeout': summary_timeout,
             'summary_cache': summary_cache,
@@ -196,6 +202,7 @@ def long_horizon(
     )
     summarize = _summarize(
         keep_current_run=False,
+        threshold=summary_threshold,
         step_messages=summary_step,
         keep_tokens=summary_keep_tokens,
         timeout=summary_timeout,

@@ -13,6 +13,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
+    ModelRequest,
     ModelResponse,
     TextPart,
     ToolCallPart,
@@ -24,6 +25,7 @@ from pydantic_ai_context import (
     ContextBudgetExceeded,
     ContextProfile,
     HeuristicCounter,
+    InMemorySummaryCache,
     TiktokenCounter,
     available_profiles,
     current_run,
@@ -34,7 +36,7 @@ from pydantic_ai_context.replay import extractive_summary_model
 
 from .builders import History, Tool, long_text
 from .invariants import assert_all
-from .strategies import any_histories
+from .strategies import any_histories, histories
 
 PRESETS = [name for name in available_profiles() if name != 'transparent']
 TRAJECTORIES = sorted((Path(__file__).resolve().parents[2] / 'shared' / 'trajectories').glob('*.json'))
@@ -218,3 +220,43 @@ async def test_budget_exceeded_names_the_numbers_when_nothing_can_be_dropped() -
         await make('coding', window=8_000, reserved_output=1_000).compile(log)
     assert info.value.used > info.value.limit
     assert info.value.policy == 'fit_to_budget'
+
+
+@pytest.mark.parametrize('name', PRESETS)
+@pytest.mark.parametrize('path', TRAJECTORIES[::2], ids=lambda p: p.stem)
+async def test_incremental_compiles_equal_fresh_compiles(name: str, path: Path) -> None:
+    """Policies extend their previous output when the log only grew: the result must be exactly
+    what a fresh profile computes from scratch, request after request, at both windows."""
+    log = ModelMessagesTypeAdapter.validate_json(path.read_bytes())
+    counter = TiktokenCounter()
+    ends = [i for i, m in enumerate(log) if isinstance(m, ModelResponse)]
+    for window in (128_000, 24_000):
+        # Summaries are an input of the view (DESIGN.md section 1): both profiles share the cache.
+        settings: dict[str, object] = {
+            'context_window': window,
+            'counter': counter,
+            'summary_model': extractive_summary_model(),
+        }
+        if name != 'coding':
+            settings['summary_cache'] = InMemorySummaryCache()
+        live = profile(name, **settings)
+        for end in ends:
+            view = await live.compile(log[:end])
+            if end % 3 == 0 or end == ends[-1]:
+                fresh = profile(name, **settings)
+                assert view == await fresh.compile(log[:end]), f'request at message {end}, window {window}'
+
+
+@PROPS
+@given(log=histories(max_runs=3, max_steps=8, in_progress=True))
+async def test_incremental_equals_fresh_on_generated_logs(log: list[ModelMessage]) -> None:
+    live = make('coding', window=4_000, reserved_output=400, keep_recent=1, step=2)
+    for end in range(1, len(log) + 1):
+        if not isinstance(log[end - 1], ModelRequest):
+            continue
+        try:
+            view = await live.compile(log[:end])
+        except ContextBudgetExceeded:
+            continue
+        fresh = make('coding', window=4_000, reserved_output=400, keep_recent=1, step=2)
+        assert view == await fresh.compile(log[:end])

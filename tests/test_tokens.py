@@ -429,8 +429,11 @@ def test_recounting_a_grown_list_encodes_only_the_new_message() -> None:
 
     messages.append(ModelResponse(parts=[TextPart('done')]))
     second = counter.count_messages(messages)
-    assert counter.cache_info()[:2] == (7, 8)
+    # The total of the first six messages is reused; the seventh (the request pydantic-ai may
+    # have filled in after the last compile) is looked up again, and only the new one encoded.
+    assert counter.cache_info()[:2] == (1, 8)
     assert encoded == ['done']
+    assert counter.count_messages(messages[:5]) == sum(counter.count_message(m) for m in messages[:5])
     assert second == first + MESSAGE_OVERHEAD_TOKENS + PART_OVERHEAD_TOKENS + n('done')
 
 
@@ -615,3 +618,18 @@ def test_the_context_size_pydantic_ai_records_is_preferred(counter: TiktokenCoun
     context_size.mark_context_input_tokens(anchor, 400)  # e.g. a long decode summed several requests
     usage = measure_context(log, counter=counter, log=log)
     assert usage.provider_tokens == 400 + 50
+
+
+def test_list_totals_survive_shrinking_and_in_place_change_of_the_newest_request() -> None:
+    counter = HeuristicCounter()
+    messages = conversation(4)
+    full = counter.count_messages(messages)
+    assert counter.count_messages(messages[:-1]) == sum(counter.count_message(m) for m in messages[:-1])
+    assert counter.count_messages(messages[:-2]) == sum(counter.count_message(m) for m in messages[:-2])
+    assert counter.count_messages(messages) == full
+    # pydantic-ai fills in the request it sends after compiling: a part appended in place to the
+    # newest message is counted the next time that list (or a longer one) is counted.
+    messages[-1].parts.append(UserPromptPart('one more thing ' * 20))
+    grown = counter.count_messages([*messages, ModelResponse(parts=[TextPart('ok')])])
+    fresh = HeuristicCounter().count_messages([*messages, ModelResponse(parts=[TextPart('ok')])])
+    assert grown == fresh

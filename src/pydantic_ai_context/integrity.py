@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
 
 from . import _parts
+from ._prefix import PrefixMemo
 from .errors import HistoryIntegrityError
 
 __all__ = (
@@ -141,7 +142,11 @@ def check_messages(messages: Sequence[Any]) -> None:
     """Raise `HistoryIntegrityError` naming the index of anything that is not a pydantic-ai message."""
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise HistoryIntegrityError(None, f'expected a list of ModelMessage, got {type(messages).__name__}')
-    for i, m in enumerate(messages):
+    # Checked once per message object: a log is the previous log plus a few messages.
+    found = _CHECKED.longest_prefix(messages)
+    start = found[0] if found is not None else 0
+    for i in range(start, len(messages)):
+        m = messages[i]
         if not isinstance(m, ModelRequest | ModelResponse):
             raise HistoryIntegrityError(
                 i, f'expected a ModelRequest or ModelResponse, got {type(m).__name__}'
@@ -149,6 +154,11 @@ def check_messages(messages: Sequence[Any]) -> None:
         # `type(...) is list` first: the ABC check is slow, and this runs on every message per compile.
         if type(m.parts) is not list and not isinstance(m.parts, Sequence):
             raise HistoryIntegrityError(i, f'parts must be a sequence, got {type(m.parts).__name__}')
+    if start < len(messages):
+        _CHECKED.put(messages, True)
+
+
+_CHECKED: PrefixMemo[bool] = PrefixMemo(size=16)
 
 
 def analyze_pairs(messages: Sequence[ModelMessage]) -> PairingReport:
@@ -361,9 +371,12 @@ def _already_valid(messages: Sequence[ModelMessage]) -> bool:
     """One cheap pass answering "would normalize change anything?" (the common case: no)."""
     if not messages:
         return True
-    expect_request = True
-    calls: tuple[str, ...] = ()
-    for message in messages:
+    # A valid list is remembered without its newest request (which pydantic-ai may still fill in
+    # place): a longer list that begins with it is checked from there on.
+    found = _VALID_PREFIXES.longest_prefix(messages)
+    start, (expect_request, calls) = found if found is not None else (0, (True, ()))
+    for i in range(start, len(messages)):
+        message = messages[i]
         if isinstance(message, ModelRequest) is not expect_request:
             return False
         has_parts, call_ids, result_ids = _shape(message)
@@ -374,10 +387,15 @@ def _already_valid(messages: Sequence[ModelMessage]) -> bool:
                 return False
         elif len(set(call_ids)) != len(call_ids):
             return False
+        if i == len(messages) - 1 and expect_request:
+            _VALID_PREFIXES.put(messages[:-1], (True, calls))
         calls = call_ids
         expect_request = not expect_request
     # A valid view ends with a request: after it we expect a response.
     return not expect_request
+
+
+_VALID_PREFIXES: PrefixMemo[tuple[bool, tuple[str, ...]]] = PrefixMemo(size=16)
 
 
 def validate_view(messages: Sequence[ModelMessage]) -> None:

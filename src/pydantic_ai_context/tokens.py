@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_chec
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from ._parts import content_items, is_binary_item, part_text
+from ._prefix import PrefixMemo
 from .errors import ContextWarning
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ class _MessageCounter:
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
+        self._totals: PrefixMemo[tuple[int, int | None]] = PrefixMemo()
 
     def count_text(self, text: str) -> int:  # pragma: no cover - every subclass overrides it
         raise NotImplementedError
@@ -166,16 +168,22 @@ class _MessageCounter:
         Each message counts as in `count_message`, except instructions: a model is sent the
         instructions of the newest request that has them, so only those are counted, once.
         """
-        total = 0
-        instructions_tokens = 0
-        instructions_found = False
-        for message in reversed(messages):
-            entry = self._entry(message)
-            total += entry.parts_tokens
-            if not instructions_found and entry.instructions is not None:
-                instructions_tokens = entry.instructions_tokens
-                instructions_found = True
-        return total + instructions_tokens
+        # A request is usually the previous one plus a few messages: extend the total of the
+        # previous list. Its last message is counted again: pydantic-ai fills in the request it
+        # sends after compiling, so that one may have changed in place (`_entry` checks its parts).
+        found = self._totals.longest_prefix(messages)
+        start, (total, instructions_tokens) = found if found is not None else (0, (0, None))
+        running, running_instructions = total, instructions_tokens
+        for i in range(start, len(messages)):
+            entry = self._entry(messages[i])
+            if i == len(messages) - 1:
+                total, instructions_tokens = running, running_instructions
+            running += entry.parts_tokens
+            if entry.instructions is not None:
+                running_instructions = entry.instructions_tokens
+        if start < len(messages):
+            self._totals.put(messages[:-1], (total, instructions_tokens))
+        return running + (running_instructions or 0)
 
     def cache_info(self) -> CacheInfo:
         """Hits and misses of the per-message memo: a miss is a message whose text was counted."""
@@ -187,6 +195,7 @@ class _MessageCounter:
         with self._lock:
             self._memo.clear()
             self._hits = self._misses = 0
+        self._totals = PrefixMemo()
 
     def _entry(self, message: ModelMessage) -> _Entry:
         parts = tuple(message.parts)

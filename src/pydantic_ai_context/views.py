@@ -72,7 +72,8 @@ class RunSpan:
         return isinstance(index, int) and self.start <= index < self.end
 
 
-def _starts_run(message: ModelMessage) -> bool:
+def starts_run(message: ModelMessage) -> bool:
+    """Without run ids, a request holding a user prompt and no tool results starts a run."""
     return _parts.has_user_prompt(message) and not _parts.tool_results(message)
 
 
@@ -88,7 +89,7 @@ def run_spans(messages: Sequence[ModelMessage]) -> list[RunSpan]:
     requests = [m for m in messages if isinstance(m, ModelRequest)]
     if requests and all(getattr(m, 'run_id', None) for m in requests):
         return _spans_by_run_id(messages)
-    starts = [i for i, m in enumerate(messages) if i == 0 or _starts_run(m)]
+    starts = [i for i, m in enumerate(messages) if i == 0 or starts_run(m)]
     ends = [*starts[1:], len(messages)]
     return [RunSpan(start=s, end=e) for s, e in zip(starts, ends, strict=True)]
 

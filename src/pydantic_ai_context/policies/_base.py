@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
 
+from .._prefix import begins_with
 from ..tokens import default_counter
 from ..views import CompileContext
+from ._frontier import counter_key
 
 
 def standalone_context(messages: Sequence[ModelMessage]) -> CompileContext:
@@ -46,3 +49,50 @@ class AsyncPolicy:
         context.model = getattr(ctx, 'model', None)
         context.run_id = getattr(ctx, 'run_id', None)
         return await self.apply(list(messages), context)
+
+
+@dataclass
+class LastCall:
+    """A policy's previous input and output, to extend when the next input only adds messages.
+
+    Between two moves of the compaction frontier a policy leaves the old prefix as it was and
+    passes new messages through, so its output for `input + new` is `output + new`. Whether that
+    holds is decided by `key` (everything else the output depends on: frontier, budget, counter,
+    run) and by object identity of the input prefix, so the shortcut is exact.
+    """
+
+    messages: tuple[ModelMessage, ...]
+    output: list[ModelMessage]
+    key: Hashable
+    note: tuple[str, dict[str, Any]] | None = None
+    extra: Any = None
+    """Whatever else the policy needs to decide whether extending is exact."""
+
+    def extended(self, messages: Sequence[ModelMessage], key: Hashable) -> list[ModelMessage] | None:
+        if key != self.key or not begins_with(messages, self.messages):
+            return None
+        return [*self.output, *messages[len(self.messages) :]]
+
+
+def context_key(context: CompileContext) -> Hashable:
+    """What of the compile context a policy's output may depend on."""
+    budget = context.budget
+    limits = (budget.limit, budget.soft_limit) if budget is not None else None
+    return (counter_key(context.counter), limits, context.run_id)
+
+
+def last_call(
+    messages: Sequence[ModelMessage],
+    output: list[ModelMessage],
+    key: Hashable,
+    context: CompileContext,
+    extra: Any = None,
+) -> LastCall:
+    """What to remember of a policy's full run (its note included, to repeat when extending)."""
+    note = ('; '.join(context._notes), dict(context._details)) if context._notes else None
+    return LastCall(tuple(messages), output, key, note, extra)
+
+
+def replay_note(last: LastCall, context: CompileContext) -> None:
+    if last.note is not None:
+        context.note(last.note[0], **last.note[1])

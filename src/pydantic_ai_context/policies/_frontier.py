@@ -17,6 +17,7 @@ markers that trimmed and masked parts carry, so compiling a view of a view chang
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
@@ -169,6 +170,66 @@ def _nominal(message: ModelMessage, counter: TokenCounter) -> tuple[int, int]:
     return _NOMINAL.put(message, (total, results), counter_key(counter))
 
 
+@dataclass
+class _Tally:
+    """What the frontier needs from a list of messages, built incrementally as the list grows."""
+
+    messages: tuple[ModelMessage, ...]
+    obs: list[int]
+    """Indices of the observation requests."""
+    hidden: int
+    """Observations removed from this view by later steps (fit, summaries), from their markers."""
+    obs_tokens: list[int] | None
+    """Nominal tool-output tokens of each observation (when a counter is given)."""
+    nominal_total: int
+    """Nominal tokens of all messages (when a counter is given)."""
+
+    def extend(self, messages: Sequence[ModelMessage], counter: TokenCounter | None) -> _Tally:
+        """A tally of `messages`, which begins with `self.messages`: only the new ones are read."""
+        obs = list(self.obs)
+        tokens = list(self.obs_tokens) if self.obs_tokens is not None else None
+        hidden, total = self.hidden, self.nominal_total
+        for i in range(len(self.messages), len(messages)):
+            message = messages[i]
+            record = _parts.marker(message)
+            if record is not None:
+                value = record.get('observations')
+                if isinstance(value, int) and value > 0:
+                    hidden += value
+            if counter is not None:
+                total += nominal_message_tokens(message, counter)
+            if isinstance(message, ModelRequest) and _parts.tool_results(message):
+                obs.append(i)
+                if tokens is not None and counter is not None:
+                    tokens.append(_observation_tokens(message, counter))
+        return _Tally(tuple(messages), obs, hidden, tokens, total)
+
+
+_TALLIES: dict[Hashable, _Tally] = {}
+
+
+def _tally_of(messages: Sequence[ModelMessage], counter: TokenCounter | None, slot: Hashable) -> _Tally:
+    # Before each model request the log is the previous one plus a few messages: the tally of the
+    # previous compile is extended rather than rebuilt (checked by identity, so it is exact).
+    empty = _Tally((), [], 0, [] if counter is not None else None, 0)
+    if slot is None:
+        return empty.extend(messages, counter)
+    key = (slot, counter_key(counter) if counter is not None else None)
+    previous = _TALLIES.get(key)
+    if (
+        previous is not None
+        and len(previous.messages) <= len(messages)
+        and all(map(operator.is_, previous.messages, messages))
+    ):
+        tally = previous.extend(messages, counter)
+    else:
+        tally = empty.extend(messages, counter)
+    if len(_TALLIES) >= 256:
+        _TALLIES.clear()
+    _TALLIES[key] = tally
+    return tally
+
+
 def compaction_frontier(
     messages: Sequence[ModelMessage],
     *,
@@ -180,6 +241,7 @@ def compaction_frontier(
     escalate: bool = True,
     min_recent: int = 1,
     compacted_tokens: int = 80,
+    slot: Hashable = None,
 ) -> int:
     """The index of the oldest message that must stay untouched; `messages[:index]` may be compacted.
 
@@ -193,25 +255,28 @@ def compaction_frontier(
     With a `budget` and `escalate`, if the view would still exceed the budget's soft threshold
     after compaction (estimated: each compacted observation costing `compacted_tokens`), the
     frontier advances by further whole steps, keeping at least `min_recent` observations.
+
+    `slot` names the caller (a policy) so the tally of its previous call can be extended.
     """
     if step < 1:
         raise ValueError(f'step must be >= 1, got {step}')
-    obs = observation_indices(messages)
+    if keep_recent_tokens is not None and counter is None:
+        raise ValueError('a token-based recency window needs a counter')
+    tally = _tally_of(messages, counter, slot)
+    obs = tally.obs
     visible = len(obs)
     if visible <= 1:
         return 0
     # Steps are counted from the first observation of the log, including those a later step of
     # the chain removed from this view: the same messages fall behind the frontier on both.
-    hidden = hidden_observations(messages)
+    hidden = tally.hidden
     total = visible + hidden
     unprotected = total - 1
     if keep_recent is not None:
         unprotected = min(unprotected, total - keep_recent)
-    tokens: list[int] | None = None
+    tokens = tally.obs_tokens
     if keep_recent_tokens is not None:
-        if counter is None:
-            raise ValueError('a token-based recency window needs a counter')
-        tokens = [_observation_tokens(messages[i], counter) for i in obs]
+        assert tokens is not None
         protected_tokens = 0
         start = visible
         while start > 0 and protected_tokens < keep_recent_tokens:
@@ -219,37 +284,25 @@ def compaction_frontier(
             protected_tokens += tokens[start]
         unprotected = min(unprotected, start + hidden)
     compacted = max(unprotected, 0) // step * step - hidden
-    if escalate and budget is not None and counter is not None:
-        compacted = _escalate(
-            messages, obs, compacted, tokens, step, counter, budget, min_recent, compacted_tokens
-        )
+    if escalate and budget is not None and tokens is not None:
+        compacted = _escalate(tally, compacted, step, budget, min_recent, compacted_tokens)
     return obs[compacted - 1] + 1 if compacted > 0 else 0
 
 
 def _escalate(
-    messages: Sequence[ModelMessage],
-    obs: list[int],
-    compacted: int,
-    tokens: list[int] | None,
-    step: int,
-    counter: TokenCounter,
-    budget: ContextBudget,
-    min_recent: int,
-    compacted_tokens: int,
+    tally: _Tally, compacted: int, step: int, budget: ContextBudget, min_recent: int, compacted_tokens: int
 ) -> int:
     # Estimated from nominal sizes (what parts held before compaction), so the estimate, and the
     # frontier, are the same on the raw log and on a view compiled from it.
-    total = len(obs)
+    total = len(tally.obs)
     if compacted + step > total - min_recent:
         return compacted
-    if tokens is None:
-        tokens = [_observation_tokens(messages[i], counter) for i in obs]
-    estimate = sum(nominal_message_tokens(m, counter) for m in messages)
-    estimate -= sum(max(t - compacted_tokens, 0) for t in tokens[: max(compacted, 0)])
+    tokens = tally.obs_tokens or []
+    saved = [0]
+    for t in tokens:
+        saved.append(saved[-1] + max(t - compacted_tokens, 0))
     soft = budget.soft_limit
-    while estimate > soft and compacted + step <= total - min_recent:
-        lo, hi = max(compacted, 0), max(compacted + step, 0)
-        estimate -= sum(max(t - compacted_tokens, 0) for t in tokens[lo:hi])
+    while tally.nominal_total - saved[max(compacted, 0)] > soft and compacted + step <= total - min_recent:
         compacted += step
     return compacted
 
@@ -303,8 +356,14 @@ class Frontier:
             if value is not None and value < 0:
                 raise ValueError(f'{name} must be >= 0, got {value}')
 
-    def locate(self, messages: Sequence[ModelMessage], context: CompileContext) -> int:
-        """The index of the first message of the recency window in `messages`."""
+    def locate(
+        self, messages: Sequence[ModelMessage], context: CompileContext, *, slot: Hashable = None
+    ) -> int:
+        """The index of the first message of the recency window in `messages`.
+
+        `slot` names the caller, so a policy's next call (the same messages and a few more)
+        extends the tally of its previous one instead of reading every message again.
+        """
         return compaction_frontier(
             messages,
             keep_recent=self.keep_recent,
@@ -315,6 +374,7 @@ class Frontier:
             escalate=self.escalate,
             min_recent=self.min_recent,
             compacted_tokens=self.compacted_tokens,
+            slot=slot,
         )
 
 

@@ -24,7 +24,7 @@ from pydantic_ai_context import _parts
 from pydantic_ai_context._facts import call_summary
 from pydantic_ai_context.views import CompileContext
 
-from ._base import SyncPolicy
+from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
 from ._frontier import Frontier, nominal_part_tokens, observation_indices
 
 __all__ = ('DedupeReads', 'ReadKey', 'dedupe_reads', 'read_key', 'read_path')
@@ -343,6 +343,7 @@ class DedupeReads(SyncPolicy):
     request already sent (replaying the shared runs: superseding across steps cost more in broken
     prompt-cache prefixes than it saved)."""
 
+    _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
     _steps_memo: dict[tuple[int, ...], tuple[tuple[ModelMessage, ...], dict[tuple[int, int], Any]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -354,9 +355,23 @@ class DedupeReads(SyncPolicy):
         return self.frontier or Frontier(keep_recent=self.keep_recent, step=self.step)
 
     def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
-        frontier = self._frontier().locate(messages, context)
+        frontier = self._frontier().locate(messages, context, slot=(self.name, id(self)))
         if frontier == 0:
             return list(messages)
+        # Only copies behind the frontier change: while it stays put, the output for a longer log
+        # is the previous output plus the new messages.
+        key = (context_key(context), frontier)
+        if self._last is not None and (extended := self._last.extended(messages, key)) is not None:
+            replay_note(self._last, context)
+            self._last = LastCall(tuple(messages), extended, key, self._last.note)
+            return extended
+        out = self._apply(messages, frontier, context)
+        self._last = last_call(messages, out, key, context)
+        return out
+
+    def _apply(
+        self, messages: list[ModelMessage], frontier: int, context: CompileContext
+    ) -> list[ModelMessage]:
         if self.within_step:
             replaced = self._supersede_by_step(messages, frontier, context)
         else:

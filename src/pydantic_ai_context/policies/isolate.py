@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from pydantic_ai.messages import (
@@ -25,9 +25,9 @@ from pydantic_ai.messages import (
 from pydantic_ai_context import _parts
 from pydantic_ai_context._facts import call_summary, digest
 from pydantic_ai_context.tokens import TokenCounter
-from pydantic_ai_context.views import CompileContext, current_run, run_spans
+from pydantic_ai_context.views import CompileContext, current_run, run_spans, starts_run
 
-from ._base import SyncPolicy
+from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
 from ._frontier import nominal_part_tokens
 
 __all__ = ('IsolateBoundaries', 'IsolateMode', 'isolate_boundaries')
@@ -104,6 +104,7 @@ class IsolateBoundaries(SyncPolicy):
     """The step's name in a profile's chain."""
     mode: IsolateMode = 'digest'
     """What a finished run's tool trace becomes: `'digest'`, `'mask'`, `'drop'` or `'keep'`."""
+    _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ('keep', 'mask', 'digest', 'drop'):
@@ -112,6 +113,24 @@ class IsolateBoundaries(SyncPolicy):
     def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
         if self.mode == 'keep' or not messages:
             return list(messages)
+        # Only finished runs change, so while the new messages start no run the output for a
+        # longer log is the previous output plus the new messages.
+        key = context_key(context)
+        last = self._last
+        extended = last.extended(messages, key) if last is not None else None
+        if (
+            last is not None
+            and extended is not None
+            and _continues_last_run(last.messages, messages[len(last.messages) :])
+        ):
+            replay_note(last, context)
+            self._last = LastCall(tuple(messages), extended, key, last.note)
+            return extended
+        out = self._apply(messages, context)
+        self._last = last_call(messages, out, key, context)
+        return out
+
+    def _apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
         current = current_run(messages, run_id=context.run_id)
         if current is None:
             return list(messages)
@@ -195,6 +214,23 @@ def isolate_boundaries(**settings: Any) -> IsolateBoundaries:
         ```
     """
     return IsolateBoundaries(**settings)
+
+
+def _continues_last_run(log: Sequence[ModelMessage], tail: Sequence[ModelMessage]) -> bool:
+    """`tail` adds to the last run of `log` without starting another (so `run_spans` agrees)."""
+    requests = [m for m in log if isinstance(m, ModelRequest)]
+    if not requests:
+        return False
+    if all(getattr(m, 'run_id', None) for m in requests):
+        current = next((m.run_id for m in reversed(log) if getattr(m, 'run_id', None)), None)
+        for message in tail:
+            rid = getattr(message, 'run_id', None)
+            if isinstance(message, ModelRequest) and not rid:
+                return False  # run ids would no longer mark every run
+            if rid is not None and rid != current:
+                return False
+        return True
+    return not any(starts_run(m) for m in tail)
 
 
 def _is_final_answer(message: ModelMessage | None) -> bool:

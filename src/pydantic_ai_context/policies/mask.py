@@ -12,7 +12,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolR
 from pydantic_ai_context import _facts, _parts
 from pydantic_ai_context.views import CompileContext
 
-from ._base import SyncPolicy
+from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
 from ._frontier import (
     Frontier,
     IdentityMemo,
@@ -92,11 +92,26 @@ class MaskObservations(SyncPolicy):
     skip_seen_facts: bool = True
     """Leave out of a digest the paths and error lines the view already shows in an earlier message."""
     _memo: IdentityMemo[Any] = field(default_factory=IdentityMemo[Any], init=False, repr=False, compare=False)
+    _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
     def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
-        frontier = self.frontier.locate(messages, context)
+        frontier = self.frontier.locate(messages, context, slot=(self.name, id(self)))
         if frontier == 0:
             return messages
+        # Nothing at or after the frontier is touched: while it stays put, the output for a
+        # longer log is the previous output plus the new messages.
+        key = (context_key(context), frontier)
+        if self._last is not None and (extended := self._last.extended(messages, key)) is not None:
+            replay_note(self._last, context)
+            self._last = LastCall(tuple(messages), extended, key, self._last.note)
+            return extended
+        out = self._apply(messages, frontier, context)
+        self._last = last_call(messages, out, key, context)
+        return out
+
+    def _apply(
+        self, messages: list[ModelMessage], frontier: int, context: CompileContext
+    ) -> list[ModelMessage]:
         # Only what has left the window can resolve a failure: the decision then moves with the frontier.
         failures = unresolved_failures(messages[:frontier])
         out = list(messages)

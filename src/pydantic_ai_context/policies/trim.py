@@ -15,7 +15,7 @@ from pydantic_ai_context import _facts, _parts
 from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import CompileContext
 
-from ._base import SyncPolicy
+from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
 from ._frontier import (
     Frontier,
     IdentityMemo,
@@ -104,6 +104,7 @@ class TrimToolOutputs(SyncPolicy):
     max_errors: int = 8
     """Error lines of the cut part listed after the marker."""
     _memo: IdentityMemo[Any] = field(default_factory=IdentityMemo[Any], init=False, repr=False, compare=False)
+    _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.keep_tokens < 1 or self.max_tokens < self.keep_tokens:
@@ -115,12 +116,40 @@ class TrimToolOutputs(SyncPolicy):
 
     def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
         counter = context.counter
-        frontier = self.frontier.locate(messages, context)
+        frontier = self.frontier.locate(messages, context, slot=(self.name, id(self)))
         clamp_at = (
             int(context.budget.limit * self.clamp_share)
             if context.budget is not None and self.clamp_share is not None
             else None
         )
+        # Behind the frontier nothing changes while it stays put; new messages pass through unless
+        # one needs the clamp (then everything is recomputed, to report it).
+        key = (context_key(context), frontier)
+        last = self._last
+        if last is not None and (extended := last.extended(messages, key)) is not None:
+            tail = messages[len(last.messages) :]
+            if not any(self._needs_clamp(m, clamp_at, counter) for m in tail):
+                replay_note(last, context)
+                self._last = LastCall(tuple(messages), extended, key, last.note)
+                return extended
+        out = self._apply(messages, frontier, clamp_at, context)
+        self._last = last_call(messages, out, key, context)
+        return out
+
+    @staticmethod
+    def _needs_clamp(message: ModelMessage, clamp_at: int | None, counter: TokenCounter) -> bool:
+        return (
+            clamp_at is not None
+            and isinstance(message, ModelRequest)
+            and bool(_parts.tool_results(message))
+            and not _parts.message_pinned(message)
+            and counter.count_message(message) > clamp_at
+        )
+
+    def _apply(
+        self, messages: list[ModelMessage], frontier: int, clamp_at: int | None, context: CompileContext
+    ) -> list[ModelMessage]:
+        counter = context.counter
         failures: set[str] | None = None
         out = list(messages)
         trimmed = clamped = clipped = 0

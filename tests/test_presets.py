@@ -18,6 +18,7 @@ from pydantic_ai.messages import (
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -260,3 +261,36 @@ async def test_incremental_equals_fresh_on_generated_logs(log: list[ModelMessage
             continue
         fresh = make('coding', window=4_000, reserved_output=400, keep_recent=1, step=2)
         assert view == await fresh.compile(log[:end])
+
+
+async def test_coding_collapses_a_finished_run_in_the_next_agent_run() -> None:
+    """Two real runs sharing a history: the second run's view digests the first run's trace."""
+    received: list[list[ModelMessage]] = []
+    p = make('coding', window=128_000)
+    if PYDANTIC_AI_MAJOR >= 2:
+        agent = Agent(scripted(received, 3), capabilities=[p])
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            agent = Agent(scripted(received, 3), history_processors=p.history_processors)
+
+    @agent.tool_plain
+    def read(path: str) -> str:
+        return f'# {path}\n' + long_text(40, prefix=path)
+
+    first = await agent.run('read the files')
+    received.clear()
+    second = await agent.run('and now summarise them', message_history=first.all_messages())
+    assert second.output == 'done'
+    view = received[0]
+    # The first run's calls are gone from the view; its record lists them with their facts.
+    assert not any(isinstance(p, ToolCallPart) for m in view[:4] for p in m.parts)
+    record = next(
+        p.content for m in view for p in m.parts if isinstance(p, TextPart) and 'Record kept' in p.content
+    )
+    assert 'src/f0.py' in record
+    assert any(
+        isinstance(p, UserPromptPart) and p.content == 'and now summarise them' for m in view for p in m.parts
+    )
+    if PYDANTIC_AI_MAJOR >= 2:
+        assert len(second.all_messages()) > len(view)  # the log keeps the first run's trace

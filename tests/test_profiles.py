@@ -17,6 +17,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import RunContext
 
 from pydantic_ai_context import (
     CompactionEvent,
@@ -197,3 +198,24 @@ async def test_transparent_agent_run_sees_full_history_both_majors() -> None:
     result = await agent.run('read three files')
     assert received[-1] == result.all_messages()[: len(received[-1])]
     assert len(received) == 4
+
+
+async def test_history_processor_shapes_are_recognised() -> None:
+    seen: list[str] = []
+
+    def plain(messages: list[ModelMessage], extra: int = 0) -> list[ModelMessage]:
+        seen.append('plain')
+        return messages
+
+    def with_ctx(ctx: Any, messages: list[ModelMessage]) -> list[ModelMessage]:
+        seen.append(f'ctx={ctx!r}')
+        return messages
+
+    def annotated(run: RunContext[Any], messages: list[ModelMessage]) -> list[ModelMessage]:
+        seen.append(f'run={run!r}')
+        return messages
+
+    p = ContextProfile(steps=(plain, with_ctx, annotated), counter=HeuristicCounter())
+    log = History().user('go').build()
+    assert await p.compile(log) == log
+    assert seen == ['plain', 'ctx=None', 'run=None']

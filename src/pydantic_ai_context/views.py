@@ -270,12 +270,26 @@ async def run_step(step: Step, messages: list[ModelMessage], context: CompileCon
 
 
 def _takes_run_context(step: Callable[..., Any]) -> bool:
+    """Whether a history processor takes `(ctx, messages)`: by the first parameter's annotation
+    (`RunContext`, as pydantic-ai decides it), else, unannotated or `Any`, by its name (`ctx`)."""
     try:
-        params = list(inspect.signature(step).parameters.values())
+        params = [
+            p
+            for p in inspect.signature(step).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     except (TypeError, ValueError):
         return False
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2
+    if len(params) < 2:
+        return False
+    first = params[0]
+    annotation = first.annotation
+    text = annotation if isinstance(annotation, str) else repr(annotation)
+    if 'RunContext' in text:
+        return True
+    if annotation is inspect.Parameter.empty or text in {'Any', 'typing.Any'}:
+        return first.name in {'ctx', 'context', 'run_context'}
+    return False
 
 
 async def compile_view(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
@@ -96,3 +96,36 @@ def last_call(
 def replay_note(last: LastCall, context: CompileContext) -> None:
     if last.note is not None:
         context.note(last.note[0], **last.note[1])
+
+
+class Extending(Protocol):
+    _last: LastCall | None
+
+
+def extend_or_compute(
+    policy: Extending,
+    messages: list[ModelMessage],
+    key: Hashable,
+    context: CompileContext,
+    compute: Callable[[], list[ModelMessage]],
+    *,
+    accept: Callable[[LastCall, Sequence[ModelMessage]], bool] | None = None,
+) -> list[ModelMessage]:
+    """`policy`'s previous output plus the new messages when that is exact, else `compute()`.
+
+    Exact when the previous input is a prefix of `messages` (by identity), `key` is unchanged,
+    and `accept(last, new_messages)` (the policy's own condition, if any) holds.
+    """
+    last = policy._last
+    extended = last.extended(messages, key) if last is not None else None
+    if (
+        last is not None
+        and extended is not None
+        and (accept is None or accept(last, messages[len(last.messages) :]))
+    ):
+        replay_note(last, context)
+        policy._last = LastCall(tuple(messages), extended, key, last.note, last.extra)
+        return extended
+    out = compute()
+    policy._last = last_call(messages, out, key, context)
+    return out

@@ -27,7 +27,7 @@ from pydantic_ai_context._facts import call_summary, digest
 from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import CompileContext, current_run, run_spans, starts_run
 
-from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
+from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
 from ._frontier import nominal_part_tokens
 
 __all__ = ('IsolateBoundaries', 'IsolateMode', 'isolate_boundaries')
@@ -115,20 +115,14 @@ class IsolateBoundaries(SyncPolicy):
             return list(messages)
         # Only finished runs change, so while the new messages start no run the output for a
         # longer log is the previous output plus the new messages.
-        key = context_key(context)
-        last = self._last
-        extended = last.extended(messages, key) if last is not None else None
-        if (
-            last is not None
-            and extended is not None
-            and _continues_last_run(last.messages, messages[len(last.messages) :])
-        ):
-            replay_note(last, context)
-            self._last = LastCall(tuple(messages), extended, key, last.note)
-            return extended
-        out = self._apply(messages, context)
-        self._last = last_call(messages, out, key, context)
-        return out
+        return extend_or_compute(
+            self,
+            messages,
+            context_key(context),
+            context,
+            lambda: self._apply(messages, context),
+            accept=lambda last, tail: _continues_last_run(last.messages, tail),
+        )
 
     def _apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
         current = current_run(messages, run_id=context.run_id)

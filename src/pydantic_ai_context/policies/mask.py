@@ -12,7 +12,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolR
 from pydantic_ai_context import _facts, _parts
 from pydantic_ai_context.views import CompileContext
 
-from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
+from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
 from ._frontier import (
     Frontier,
     IdentityMemo,
@@ -101,13 +101,9 @@ class MaskObservations(SyncPolicy):
         # Nothing at or after the frontier is touched: while it stays put, the output for a
         # longer log is the previous output plus the new messages.
         key = (context_key(context), frontier)
-        if self._last is not None and (extended := self._last.extended(messages, key)) is not None:
-            replay_note(self._last, context)
-            self._last = LastCall(tuple(messages), extended, key, self._last.note)
-            return extended
-        out = self._apply(messages, frontier, context)
-        self._last = last_call(messages, out, key, context)
-        return out
+        return extend_or_compute(
+            self, messages, key, context, lambda: self._apply(messages, frontier, context)
+        )
 
     def _apply(
         self, messages: list[ModelMessage], frontier: int, context: CompileContext

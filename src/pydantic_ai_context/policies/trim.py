@@ -15,7 +15,7 @@ from pydantic_ai_context import _facts, _parts
 from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import CompileContext
 
-from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
+from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
 from ._frontier import (
     Frontier,
     IdentityMemo,
@@ -125,16 +125,14 @@ class TrimToolOutputs(SyncPolicy):
         # Behind the frontier nothing changes while it stays put; new messages pass through unless
         # one needs the clamp (then everything is recomputed, to report it).
         key = (context_key(context), frontier)
-        last = self._last
-        if last is not None and (extended := last.extended(messages, key)) is not None:
-            tail = messages[len(last.messages) :]
-            if not any(self._needs_clamp(m, clamp_at, counter) for m in tail):
-                replay_note(last, context)
-                self._last = LastCall(tuple(messages), extended, key, last.note)
-                return extended
-        out = self._apply(messages, frontier, clamp_at, context)
-        self._last = last_call(messages, out, key, context)
-        return out
+        return extend_or_compute(
+            self,
+            messages,
+            key,
+            context,
+            lambda: self._apply(messages, frontier, clamp_at, context),
+            accept=lambda _, tail: not any(self._needs_clamp(m, clamp_at, counter) for m in tail),
+        )
 
     @staticmethod
     def _needs_clamp(message: ModelMessage, clamp_at: int | None, counter: TokenCounter) -> bool:

@@ -174,20 +174,27 @@ def scripted(received: list[list[ModelMessage]], steps: int) -> FunctionModel:
     return FunctionModel(respond)
 
 
+def reading_agent(model: FunctionModel, p: ContextProfile, *, lines: int) -> Agent[None, str]:
+    """An agent with a `read` tool, the profile plugged in the way each pydantic-ai major supports."""
+    if PYDANTIC_AI_MAJOR >= 2:
+        agent = Agent(model, capabilities=[p])
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            agent = Agent(model, history_processors=p.history_processors)
+
+    @agent.tool_plain
+    def read(path: str) -> str:
+        return f'# {path}\n' + long_text(lines, prefix=path)
+
+    return agent
+
+
 @pytest.mark.parametrize('name', PRESETS)
 async def test_presets_in_a_real_agent_run(name: str) -> None:
     received: list[list[ModelMessage]] = []
     p = make(name, window=128_000)
-    if PYDANTIC_AI_MAJOR >= 2:
-        agent = Agent(scripted(received, 20), capabilities=[p])
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter('ignore')
-            agent = Agent(scripted(received, 20), history_processors=p.history_processors)
-
-    @agent.tool_plain
-    def read(path: str) -> str:
-        return f'# {path}\n' + long_text(80, prefix=path)
+    agent = reading_agent(scripted(received, 20), p, lines=80)
 
     result = await agent.run('read every file')
     assert result.output == 'done'
@@ -267,16 +274,7 @@ async def test_coding_collapses_a_finished_run_in_the_next_agent_run() -> None:
     """Two real runs sharing a history: the second run's view digests the first run's trace."""
     received: list[list[ModelMessage]] = []
     p = make('coding', window=128_000)
-    if PYDANTIC_AI_MAJOR >= 2:
-        agent = Agent(scripted(received, 3), capabilities=[p])
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter('ignore')
-            agent = Agent(scripted(received, 3), history_processors=p.history_processors)
-
-    @agent.tool_plain
-    def read(path: str) -> str:
-        return f'# {path}\n' + long_text(40, prefix=path)
+    agent = reading_agent(scripted(received, 3), p, lines=40)
 
     first = await agent.run('read the files')
     received.clear()

@@ -31,8 +31,7 @@ __all__ = ('chat', 'coding', 'long_horizon', 'transparent')
 
 def transparent(**settings: Any) -> ContextProfile:
     """Normalize only: repairs broken histories and changes nothing else."""
-    common, own = split_settings(settings)
-    return ContextProfile(name='transparent', steps=(), settings=own, **common)
+    return ContextProfile(name='transparent', steps=(), **_fields(settings))
 
 
 def coding(
@@ -60,19 +59,19 @@ def coding(
         exclude_tools: Tools whose results are never masked (reasoning and plan trackers).
         keep_last_steps: Steps `fit_to_budget` never drops.
     """
-    common, own = split_settings(
-        {
-            **common,
-            'keep_recent': keep_recent,
-            'step': step,
-            'trim_threshold': trim_threshold,
-            'clip_args': clip_args,
-            'isolate_mode': isolate_mode,
-            'exclude_tools': tuple(exclude_tools),
-            'keep_last_steps': keep_last_steps,
-        }
+    return ContextProfile(
+        name='coding',
+        steps=_zero_llm_chain(
+            keep_recent=keep_recent,
+            step=step,
+            trim_threshold=trim_threshold,
+            clip_args=clip_args,
+            isolate_mode=isolate_mode,
+            exclude_tools=tuple(exclude_tools),
+            keep_last_steps=keep_last_steps,
+        ),
+        **_fields(common),
     )
-    return ContextProfile(name='coding', steps=_zero_llm_chain(**own), settings=own, **common)
 
 
 def chat(
@@ -105,21 +104,6 @@ def chat(
         summary_cache: Where summaries are cached (share one to share summaries).
         keep_last_steps: Steps `fit_to_budget` never drops.
     """
-    common, own = split_settings(
-        {
-            **common,
-            'keep_recent': keep_recent,
-            'step': step,
-            'trim_threshold': trim_threshold,
-            'clip_args': clip_args,
-            'isolate_mode': isolate_mode,
-            'summary_step': summary_step,
-            'summary_keep_tokens': summary_keep_tokens,
-            'summary_timeout': summary_timeout,
-            'summary_cache': summary_cache,
-            'keep_last_steps': keep_last_steps,
-        }
-    )
     frontier = Frontier(keep_recent=keep_recent, step=step)
     summarize = _summarize(
         keep_current_run=True,
@@ -134,7 +118,7 @@ def chat(
         summarize,
         fit_to_budget(keep_last_steps=keep_last_steps),
     )
-    return ContextProfile(name='chat', steps=steps, settings=own, **common)
+    return ContextProfile(name='chat', steps=steps, **_fields(common))
 
 
 def long_horizon(
@@ -174,23 +158,6 @@ def long_horizon(
         summary_cache: Where summaries are cached (share one to share summaries).
         keep_last_steps: Steps `fit_to_budget` never drops.
     """
-    common, own = split_settings(
-        {
-            **common,
-            'keep_recent': keep_recent,
-            'step': step,
-            'trim_threshold': trim_threshold,
-            'clip_args': clip_args,
-            'isolate_mode': isolate_mode,
-            'exclude_tools': tuple(exclude_tools),
-            'summary_step': summary_step,
-            'summary_threshold': summary_threshold,
-            'summary_keep_tokens': summary_keep_tokens,
-            'summary_timeout': summary_timeout,
-            'summary_cache': summary_cache,
-            'keep_last_steps': keep_last_steps,
-        }
-    )
     zero_llm = _zero_llm_chain(
         keep_recent=keep_recent,
         step=step,
@@ -211,7 +178,7 @@ def long_horizon(
     # The summariser sits between mask and fit: it only fires when the masked view is still
     # over the soft threshold, and fit stays the last resort.
     steps = (*zero_llm[:-1], summarize, zero_llm[-1])
-    return ContextProfile(name='long_horizon', steps=steps, settings=own, **common)
+    return ContextProfile(name='long_horizon', steps=steps, **_fields(common))
 
 
 def _zero_llm_chain(
@@ -223,7 +190,6 @@ def _zero_llm_chain(
     isolate_mode: IsolateMode,
     exclude_tools: tuple[str, ...],
     keep_last_steps: int,
-    **_: Any,
 ) -> tuple[Any, ...]:
     # One frontier for dedupe, trim and mask: their rewrites of the prefix happen together,
     # so the provider's prompt cache breaks once per frontier step rather than three times.
@@ -235,6 +201,12 @@ def _zero_llm_chain(
         mask_observations(frontier=frontier, exclude_tools=exclude_tools),
         fit_to_budget(keep_last_steps=keep_last_steps),
     )
+
+
+def _fields(common: dict[str, Any]) -> dict[str, Any]:
+    """The common settings as `ContextProfile` fields (`profile()` records the preset's own)."""
+    fields, _ = split_settings(common)
+    return fields
 
 
 def _summarize(*, cache: SummaryCache | None, keep_tokens: int | None, **settings: Any) -> Any:

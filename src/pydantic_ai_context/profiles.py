@@ -357,7 +357,15 @@ def profile(name: str | None = None, **overrides: Any) -> ContextProfile:
             f'profile {name!r} got unknown setting(s) {", ".join(map(repr, unknown))}; '
             f'accepted: {", ".join(sorted(_COMMON | own))}'
         )
-    return factory(**{**environment_overrides(factory, skip=overrides.keys()), **overrides})
+    settings = {**environment_overrides(factory, skip=overrides.keys()), **overrides}
+    built = factory(**settings)
+    if not built.settings:
+        # The preset's own settings as resolved (defaults included), derived from its signature,
+        # so `replace()` can rebuild it and a user can print what it runs with.
+        bound = inspect.signature(factory).bind_partial(**settings)
+        bound.apply_defaults()
+        built.settings = {k: v for k, v in bound.arguments.items() if k in own}
+    return built
 
 
 def _own_settings(factory: PresetFactory) -> frozenset[str]:

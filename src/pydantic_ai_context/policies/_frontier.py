@@ -102,20 +102,6 @@ def nominal_part_tokens(part: Any, counter: TokenCounter) -> int:
     return _count_text(counter, _parts.part_text(part))
 
 
-def hidden_observations(messages: Sequence[ModelMessage]) -> int:
-    """Observations a later step removed from this view (dropped by `fit_to_budget`, covered by a
-    summary), as recorded in its markers. They still count, so the frontier's steps stay aligned
-    the same way on a view of a view as on the log it came from (idempotence)."""
-    hidden = 0
-    for message in messages:
-        record = _parts.marker(message)
-        if record is not None:
-            value = record.get('observations')
-            if isinstance(value, int) and value > 0:
-                hidden += value
-    return hidden
-
-
 def observation_indices(messages: Sequence[ModelMessage]) -> list[int]:
     """Indices of the requests that carry tool results: one observation per agent step."""
     return [i for i, m in enumerate(messages) if isinstance(m, ModelRequest) and _parts.tool_results(m)]

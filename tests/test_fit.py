@@ -279,3 +279,25 @@ def test_trajectory(path: Path) -> None:
         assert view[-1] is log[-1]
         assert fit(view, window) == view
     assert log == snapshot
+
+
+def test_a_growing_log_gets_the_view_a_fresh_compile_gives() -> None:
+    """Regression (found by the incremental-vs-fresh property): a drop that ran out of older steps
+    before reaching its target must not be reused once a longer log offers one more step."""
+    h = History().user('go')
+    for i in range(3):
+        h.step(Tool('ls', {}, f'small output {i} ' * 25))
+    h.step(Tool('cat', {'path': 'big.txt'}, 'word ' * 2_000))
+    h.step(Tool('ls', {}, 'small 3'))
+    log = h.build()
+    counter = HeuristicCounter()
+    limit = counter.count_messages(log) - 40
+    policy = fit_to_budget(keep_last_steps=2, drop_granularity=0.2)
+    context = CompileContext(counter=counter, budget=budget(limit))
+    policy.apply(list(log), context)  # the three small steps are all it may drop: short of its target
+    longer = [*log, *History().step(Tool('ls', {}, 'small 4')).build()]
+    live = policy.apply(list(longer), CompileContext(counter=counter, budget=budget(limit)))
+    fresh = fit_to_budget(keep_last_steps=2, drop_granularity=0.2).apply(
+        list(longer), CompileContext(counter=counter, budget=budget(limit))
+    )
+    assert live == fresh

@@ -112,8 +112,8 @@ class FitToBudget(SyncPolicy):
         target = math.ceil((used - limit) / quantum) * quantum
         # The same target over the same oldest steps drops the same ones: when the new messages
         # still fit beside them, the view is the previous one plus the new messages. (Exact only
-        # when every dropped unit was a plain tool step: new steps join the order before later
-        # user prompts.)
+        # when the previous drop reached its target with plain tool steps: new steps join the
+        # order before later user prompts, and after the steps already dropped.)
         key = context_key(context)
         last = self._last
         if (
@@ -166,8 +166,10 @@ class FitToBudget(SyncPolicy):
             dropped_messages=n,
             dropped_tokens=freed,
         )
-        only_steps = all(_kind(messages, plan.units[u]) == 'step' for u in dropped)
-        self._last = last_call(messages, view, context_key(context), context, (target, only_steps))
+        # Extending later is exact only if this drop stopped on the target (not by running out of
+        # steps: the next request's longer view has more to offer) and dropped plain steps only.
+        extendable = freed >= target and all(_kind(messages, plan.units[u]) == 'step' for u in dropped)
+        self._last = last_call(messages, view, context_key(context), context, (target, extendable))
         return view
 
 

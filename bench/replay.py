@@ -3,7 +3,7 @@
 Usage: `python bench/replay.py [FILE_OR_DIR ...] [--window 128000 --window 32000] [--profile NAME ...]
 [--transparent] [--no-harness] [--json OUT]`
 
-Default input: every `*.json` in `../shared/trajectories/` (relative to the repository root).
+Default input: every `*.json` in `tests/data/trajectories/` (the recorded runs the repository ships).
 Each file is replayed through `none` (the input as is), every preset of `available_profiles()`
 except `transparent` (add it with `--transparent`), and, when `pydantic_ai_harness` is importable
 (the `bench` extra; never a runtime dependency), two of its zero-LLM configurations at settings
@@ -53,7 +53,7 @@ from pydantic_ai_context.replay import (
     replay,
 )
 
-DEFAULT_DIR = Path(__file__).resolve().parents[1] / '..' / 'shared' / 'trajectories'
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'trajectories'
 WINDOWS = (128_000, 32_000)
 RESERVED_OUTPUT = 4_096
 SOFT_THRESHOLD = 0.75

@@ -2,7 +2,7 @@
 
 Usage: `python bench/store_throughput.py [--messages 10000] [--batch 100]`
 
-Messages are taken, in order and repeated, from the recorded trajectories in `../shared/trajectories`
+Messages are taken, in order and repeated, from the recorded trajectories in `tests/data/trajectories`
 (about 2.5 kB of JSON each), or built synthetically when those are absent. Every SQLite store writes
 to a fresh file in a temporary directory.
 """
@@ -35,7 +35,7 @@ from rich.table import Table
 
 from pydantic_ai_context.store import MemoryStore, SessionStore, SqliteStore
 
-TRAJECTORIES = Path(__file__).resolve().parents[2] / 'shared' / 'trajectories'
+TRAJECTORIES = Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'trajectories'
 
 
 def sample_messages(n: int) -> tuple[list[ModelMessage], str]:

@@ -19,10 +19,10 @@ from pydantic_ai_context import ContextProfile, _parts, profiles
 from pydantic_ai_context.cli import align, main
 from pydantic_ai_context.profiles import split_settings
 
+from . import data
 from .builders import History, Tool, long_text
 
-DATA = Path(__file__).parent / 'data'
-REAL = DATA / 'mini_gemini3pro_django_15629.json'
+REAL = data.SMALLEST
 
 
 def blank_old_results(messages: list[ModelMessage]) -> list[ModelMessage]:

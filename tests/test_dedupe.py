@@ -20,12 +20,13 @@ from pydantic_ai_context.policies._frontier import Frontier
 from pydantic_ai_context.policies.dedupe import dedupe_reads, read_key, read_path
 from pydantic_ai_context.views import CompileContext
 
+from . import data
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import any_histories
 
 PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-TRAJECTORIES = sorted((Path(__file__).resolve().parents[2] / 'shared' / 'trajectories').glob('*.json'))
+TRAJECTORIES = list(data.TRAJECTORIES)
 SOURCE = long_text(40, prefix='def f')
 EAGER = {'keep_recent': 1, 'step': 1, 'within_step': False}
 """Settings under which every result but the newest is outside the recency window, and any newer

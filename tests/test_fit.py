@@ -25,12 +25,13 @@ from pydantic_ai_context._parts import marker
 from pydantic_ai_context.policies.fit import FitToBudget, fit_to_budget
 from pydantic_ai_context.views import CompileContext
 
+from . import data
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import any_histories
 
 PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-TRAJECTORIES = sorted((Path(__file__).resolve().parents[2] / 'shared' / 'trajectories').glob('*.json'))
+TRAJECTORIES = list(data.TRAJECTORIES)
 COUNTER = HeuristicCounter()
 
 

@@ -24,12 +24,13 @@ from pydantic_ai_context._parts import marker
 from pydantic_ai_context.policies.isolate import IsolateBoundaries, isolate_boundaries
 from pydantic_ai_context.views import CompileContext
 
+from . import data
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import any_histories
 
 PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-TRAJECTORIES = sorted((Path(__file__).resolve().parents[2] / 'shared' / 'trajectories').glob('*.json'))
+TRAJECTORIES = list(data.TRAJECTORIES)
 MODES = ('keep', 'mask', 'digest', 'drop')
 
 

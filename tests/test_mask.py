@@ -29,13 +29,14 @@ from pydantic_ai_context.policies._frontier import Frontier, observation_indices
 from pydantic_ai_context.policies.mask import MaskObservations, mask_observations
 from pydantic_ai_context.policies.trim import trim_tool_outputs
 
+from . import data
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import any_histories, histories
 
 PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 COUNTER = HeuristicCounter(chars_per_token=4.0)
-TRAJECTORIES = sorted(Path(__file__).resolve().parents[2].joinpath('shared', 'trajectories').glob('*.json'))
+TRAJECTORIES = list(data.TRAJECTORIES)
 
 
 def run(policy: Any, log: list[ModelMessage], budget: ContextBudget | None = None) -> list[ModelMessage]:
@@ -239,7 +240,6 @@ def test_view_of_a_longer_log_extends_the_previous_view_between_jumps(log: list[
     assert rewrites <= -(-len(observation_indices(log)) // step)
 
 
-@pytest.mark.skipif(not TRAJECTORIES, reason='shared trajectories not available')
 @pytest.mark.parametrize('path', TRAJECTORIES, ids=lambda p: p.stem)
 def test_recorded_trajectories(path: Path) -> None:
     log = ModelMessagesTypeAdapter.validate_json(path.read_bytes())

@@ -35,12 +35,13 @@ from pydantic_ai_context import (
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, marker
 from pydantic_ai_context.replay import extractive_summary_model
 
+from . import data
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import any_histories, histories
 
 PRESETS = [name for name in available_profiles() if name != 'transparent']
-TRAJECTORIES = sorted((Path(__file__).resolve().parents[2] / 'shared' / 'trajectories').glob('*.json'))
+TRAJECTORIES = list(data.TRAJECTORIES)
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

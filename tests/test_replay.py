@@ -33,10 +33,10 @@ from pydantic_ai_context.replay import (
     replay,
 )
 
+from . import data
 from .builders import History, Tool
 
-DATA = Path(__file__).parent / 'data'
-REAL = DATA / 'mini_gemini3pro_django_15629.json'
+REAL = data.SMALLEST
 COUNTER = TiktokenCounter()
 
 

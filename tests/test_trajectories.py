@@ -1,4 +1,4 @@
-"""Every shared real trajectory loads, compiles with `transparent`, and passes the invariant checks."""
+"""Every shipped real trajectory loads, compiles with `transparent`, and passes the invariant checks."""
 
 from __future__ import annotations
 
@@ -6,22 +6,26 @@ import copy
 from pathlib import Path
 
 import pytest
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
+from pydantic_ai.messages import ModelResponse
 
 from pydantic_ai_context import analyze_pairs, profile
 
+from . import data
 from .invariants import assert_all
 
-TRAJECTORIES = Path(__file__).resolve().parents[2] / 'shared' / 'trajectories'
-FILES = sorted(TRAJECTORIES.glob('*.json'))
+FILES = data.TRAJECTORIES
+load = data.load_trajectory
 
 
-def load(path: Path) -> list[ModelMessage]:
-    return ModelMessagesTypeAdapter.validate_json(path.read_bytes())
-
-
-def test_trajectories_are_present() -> None:
-    assert len(FILES) >= 6, f'expected the shared trajectories in {TRAJECTORIES}'
+def test_every_shipped_trajectory_is_present_with_its_attribution() -> None:
+    missing = [p.name for p in FILES if not p.is_file()]
+    assert not missing, f'missing test data in {data.TRAJECTORY_DIR}: {missing}'
+    shipped = {p.stem for p in data.TRAJECTORY_DIR.glob('*.json')}
+    assert shipped == set(data.TRAJECTORY_NAMES)
+    source = (data.TRAJECTORY_DIR / 'SOURCE.md').read_text()
+    for name in data.TRAJECTORY_NAMES:
+        assert f'## {name}.json' in source
+    assert source.count('license: MIT') == len(data.TRAJECTORY_NAMES)
 
 
 @pytest.mark.parametrize('path', FILES, ids=lambda p: p.stem)

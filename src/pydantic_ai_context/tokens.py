@@ -343,7 +343,7 @@ class HeuristicCounter(_MessageCounter):
 
     The default estimate ([`estimate_tokens`][pydantic_ai_context.tokens.estimate_tokens]) weighs
     words, digits, punctuation, whitespace and base64/hex runs separately. Against `cl100k_base` on
-    the six recorded agent trajectories in `shared/trajectories`, each trajectory's total is within
+    the six recorded agent trajectories in `tests/data/trajectories`, each trajectory's total is within
     -10% to +5% (a plain characters / 4 is off by -49% to +14% there: tool output is denser than
     prose); over their parts of 50 tokens or more the median error is 4% and the 90th percentile 12%.
     Base64, hex and PEM blobs are within 3%. Text in other scripts, and lists of rare names, are

@@ -30,6 +30,7 @@ from .integrity import (
     validate_view,
 )
 from .openai_format import from_openai, to_openai
+from .overhead import RequestOverhead, measure_overhead
 from .policies import (
     DedupeReads,
     FitToBudget,
@@ -80,6 +81,7 @@ __all__ = (
     'PairingReport',
     'Policy',
     'Repair',
+    'RequestOverhead',
     'RunSpan',
     'SessionInfo',
     'SessionStore',
@@ -106,6 +108,7 @@ __all__ = (
     'history_stats',
     'isolate_boundaries',
     'mask_observations',
+    'measure_overhead',
     'normalize',
     'normalize_with_repairs',
     'patch_dangling_tool_calls',

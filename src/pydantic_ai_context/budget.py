@@ -25,8 +25,9 @@ __all__ = (
     'resolve_context_window',
 )
 
-WindowSource = Literal['explicit', 'model-profile', 'genai-prices', 'default']
-"""Where a context window came from, in the order they are tried."""
+WindowSource = Literal['explicit', 'model-profile', 'genai-prices', 'default', 'provider']
+"""Where a context window came from, in the order they are tried; `'provider'`: tightened after the
+provider rejected a request as too long (see `ContextProfile.max_overflow_retries`)."""
 
 DEFAULT_CONTEXT_WINDOW: Final = 32_000
 """The window assumed for a model nothing knows: small enough for nearly every current model."""

@@ -54,6 +54,7 @@ from pydantic_ai.messages import (
 from . import _parts
 from .budget import ContextBudget
 from .integrity import check_messages, normalize, patch_dangling_tool_calls
+from .overhead import RequestOverhead, measure_overhead
 from .policies.summarize import (
     ACK_TEXT,
     MARKER_KIND,
@@ -255,6 +256,12 @@ class HistoryStats:
     """`tokens / limit`: how full the usable window is (over 1.0 means it does not fit)."""
     largest: tuple[ToolOutputStats, ...] = field(default_factory=tuple)
     """Tools whose results take the most tokens, largest first."""
+    message_tokens: int | None = None
+    """Of `tokens`, the messages' (without the instructions); `None` when not split."""
+    instructions_tokens: int = 0
+    """Of `tokens`, the instructions a request sends."""
+    tools_tokens: int = 0
+    """Tokens of the tool definitions a request sends (from `overhead`; not in `tokens`)."""
 
     def __str__(self) -> str:
         line = (
@@ -264,6 +271,11 @@ class HistoryStats:
         if self.share is not None and self.limit is not None:
             line += f' ({self.share:.0%} of {self.limit:,} usable)'
         lines = [line]
+        if self.message_tokens is not None:
+            lines.append(
+                f'  messages {self.message_tokens:,} · instructions {self.instructions_tokens:,} · '
+                f'tools {self.tools_tokens:,} tokens'
+            )
         lines += [f'  {t.tool_name}: {t.tokens:,} tokens in {t.count} results' for t in self.largest]
         return '\n'.join(lines)
 
@@ -274,8 +286,14 @@ def history_stats(
     counter: TokenCounter | None = None,
     budget: ContextBudget | None = None,
     top: int = 5,
+    overhead: RequestOverhead | None = None,
 ) -> HistoryStats:
-    """Count a history: messages, user turns, tokens, share of the budget, the `top` tools by output."""
+    """Count a history: messages, user turns, tokens, share of the budget, the `top` tools by output.
+
+    The tokens are split into messages and instructions (the newest request's); pass the
+    `overhead` a profile measured for the agent's requests (`profile.last_overhead`) to add the
+    tool definitions too.
+    """
     check_messages(messages)
     counter = counter or default_counter()
     tokens_by_tool: collections.Counter[str] = collections.Counter()
@@ -292,6 +310,7 @@ def history_stats(
             tokens_by_tool[name] += counter.count_text(_parts.part_text(result))
             results_by_tool[name] += 1
     tokens = counter.count_messages(messages)
+    instructions = measure_overhead(messages, counter=counter).counted_instructions_tokens
     largest = sorted(tokens_by_tool.items(), key=lambda item: (-item[1], item[0]))[:top]
     return HistoryStats(
         messages=len(messages),
@@ -302,6 +321,9 @@ def history_stats(
         limit=budget.limit if budget else None,
         share=tokens / budget.limit if budget else None,
         largest=tuple(ToolOutputStats(tool_name=n, tokens=t, count=results_by_tool[n]) for n, t in largest),
+        message_tokens=tokens - instructions,
+        instructions_tokens=instructions,
+        tools_tokens=overhead.tools_tokens if overhead is not None else 0,
     )
 
 

@@ -99,19 +99,22 @@ class ContextUsageEvent:
     """How full the context window is for one request: a reading for a UI gauge.
 
     Emitted once per compile, after the view is compiled, to the same handlers as
-    `CompactionEvent`s; the latest is also `ContextProfile.last_usage`. `used_tokens` is what the
-    request will send (the view plus `reserved_system`), anchored on the provider's reported usage
-    when the view still starts with what that request was sent, else counted.
+    `CompactionEvent`s; the latest is also `ContextProfile.last_usage`. The request is split into
+    what it sends: `message_tokens` (the view's messages), `instructions_tokens` and
+    `tools_tokens` (tool definitions, or an explicit `reserved_system`); `used_tokens` is their
+    sum. The message count is anchored on the provider's reported usage when the view still
+    starts with what that request was sent, else counted.
 
     Example:
         ```python
         from pydantic_ai_context.events import ContextUsageEvent
 
         gauge = ContextUsageEvent(
-            message_tokens=24_000, used_tokens=24_000, window_tokens=128_000, limit_tokens=121_344,
-            soft_limit_tokens=91_008, window_source='genai-prices', messages=30, log_messages=30,
+            message_tokens=20_000, instructions_tokens=3_000, tools_tokens=8_000, view_tokens=23_000,
+            used_tokens=31_000, window_tokens=128_000, limit_tokens=113_344, soft_limit_tokens=85_008,
+            window_source='genai-prices', messages=30, log_messages=30,
         )
-        assert f'{gauge.fraction:.0%}' == '19%' and gauge.window_resolved
+        assert f'{gauge.fraction:.0%}' == '24%' and gauge.window_resolved
         assert not gauge.over_soft_threshold
         ```
     """
@@ -119,9 +122,17 @@ class ContextUsageEvent:
     kind: Literal['usage'] = 'usage'
     """Tells the event kinds apart in serialised logs (`to_dict`)."""
     message_tokens: int
-    """Tokens of the compiled view's messages."""
+    """Tokens of the compiled view's messages (without instructions)."""
+    instructions_tokens: int = 0
+    """Tokens of the instructions the request sends."""
+    tools_tokens: int = 0
+    """Tokens of the tool definitions (and output schema, native tools) the request sends; with an
+    explicit `reserved_system`, that value."""
+    view_tokens: int | None = None
+    """What the budget's `limit` applies to: the messages plus the instructions counted with them
+    (the newest request's). `None` in readings made without that split: then `message_tokens`."""
     used_tokens: int
-    """Tokens the request holds: `message_tokens` plus the budget's `reserved_system`."""
+    """Tokens the request holds: messages, instructions and tools."""
     window_tokens: int
     """The model's context window."""
     limit_tokens: int
@@ -129,11 +140,12 @@ class ContextUsageEvent:
     soft_limit_tokens: int
     """Message tokens above which budget-driven policies compact (`ContextBudget.soft_limit`)."""
     window_source: WindowSource
-    """Where the window came from: `'explicit'`, `'model-profile'`, `'genai-prices'` or `'default'`."""
+    """Where the window came from: `'explicit'`, `'model-profile'`, `'genai-prices'`, `'default'`,
+    or `'provider'` (tightened after the provider rejected a request as too long)."""
     anchored: bool = False
     """Whether `message_tokens` starts from the provider's measured usage rather than a local count."""
     estimated_tokens: int | None = None
-    """The local counter's count of the view (equal to `message_tokens` when not anchored)."""
+    """The local counter's count of the view (equal to `view_tokens` when not anchored)."""
     messages: int
     """Messages in the compiled view."""
     log_messages: int
@@ -148,6 +160,11 @@ class ContextUsageEvent:
     """The profile's sequence number of this compile."""
 
     @property
+    def budget_tokens(self) -> int:
+        """The view as the budget counts it (`view_tokens`, else `message_tokens`)."""
+        return self.view_tokens if self.view_tokens is not None else self.message_tokens
+
+    @property
     def fraction(self) -> float:
         """Share of the context window the request holds (`used_tokens / window_tokens`)."""
         return self.used_tokens / self.window_tokens if self.window_tokens else 0.0
@@ -155,7 +172,7 @@ class ContextUsageEvent:
     @property
     def limit_fraction(self) -> float:
         """Share of the message limit the view holds: what compaction decisions compare."""
-        return self.message_tokens / self.limit_tokens if self.limit_tokens > 0 else 0.0
+        return self.budget_tokens / self.limit_tokens if self.limit_tokens > 0 else 0.0
 
     @property
     def window_resolved(self) -> bool:
@@ -165,12 +182,12 @@ class ContextUsageEvent:
     @property
     def over_soft_threshold(self) -> bool:
         """Whether the view is above the soft limit (budget-driven policies compact next time)."""
-        return self.message_tokens > self.soft_limit_tokens
+        return self.budget_tokens > self.soft_limit_tokens
 
     @property
     def remaining_tokens(self) -> int:
         """Tokens the view may still grow by before the limit (negative when over)."""
-        return self.limit_tokens - self.message_tokens
+        return self.limit_tokens - self.budget_tokens
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, including the derived `fraction` and `window_resolved`."""

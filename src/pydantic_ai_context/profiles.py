@@ -15,24 +15,39 @@ from __future__ import annotations
 import collections
 import dataclasses
 import inspect
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.tools import RunContext
 
 from . import _tracing
-from .budget import ContextBudget
+from ._overflow import Overflow, context_overflow
+from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
+from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
+from .budget import ContextBudget, WindowSource, resolve_context_window
+from .errors import ContextBudgetExceeded
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
+from .overhead import OverheadMemo, RequestOverhead, measure_overhead
 from .settings import default_profile_name, environment_overrides
 from .tokens import TokenCounter, default_counter, measure_context
 from .views import CompileContext, Step, compile_view, step_name
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
+
+try:  # pydantic-ai >= 2.64: another attempt at the same request step
+    from pydantic_ai.exceptions import RetryModelRequest as _RetryModelRequest
+except ImportError:  # pragma: no cover - depends on the installed pydantic-ai
+    _RetryModelRequest = None  # type: ignore[assignment,misc]
+
+# pydantic-ai >= 2.64 runs `prepare_model_request` before every attempt, with the serving model.
+_HAS_PREPARE_HOOK: Final = hasattr(AbstractCapability, 'prepare_model_request')
+_STEPS_REMEMBERED: Final = 64
 
 __all__ = ('ContextProfile', 'available_profiles', 'profile', 'register_profile')
 
@@ -68,12 +83,18 @@ class ContextProfile(AbstractCapability[Any]):
     """Tokens the model accepts. `None`: the model's profile, then genai-prices, then a conservative default."""
     reserved_output: int | None = None
     """Tokens kept free for the model's answer; `None`: 4,096, or a quarter of a smaller window."""
-    reserved_system: int = 0
-    """Tokens the instructions and tool schemas take, which the message view cannot use."""
+    reserved_system: int | None = None
+    """Tokens the request sends besides its messages (tool definitions, instructions the messages do not
+    carry). `None`: measured from each request (see `pydantic_ai_context.overhead`); an int overrides."""
     soft_threshold: float = 0.75
     """Share of the usable budget at which budget-driven policies start compacting."""
     counter: TokenCounter | None = None
     """Counts tokens; default: `TiktokenCounter` for the run's model."""
+    max_overflow_retries: int = 2
+    """Times one request is compiled again, tighter, after the provider rejects it as too long; then
+    `ContextBudgetExceeded`."""
+    overflow_shrink: float = 0.8
+    """When a rejection states no limit: the retried request sends at most this share of the rejected input."""
     summary_model: Any = None
     """Model for summarising policies (a cheaper one); `None` uses the run's model."""
     event_handlers: Sequence[EventHandler] = ()
@@ -91,7 +112,21 @@ class ContextProfile(AbstractCapability[Any]):
     """The most recent compaction events (newest last); see `last_compile_events` and `run_events`."""
     last_usage: ContextUsageEvent | None = field(default=None, init=False, compare=False)
     """The context gauge of the latest compile, or `None` before the first."""
+    last_overhead: RequestOverhead | None = field(default=None, init=False, compare=False)
+    """What the latest request sent besides its messages (instructions, tool definitions), or `None`."""
     _compiles: int = field(default=0, init=False, compare=False)
+    _overhead_memo: OverheadMemo = field(default_factory=OverheadMemo, init=False, compare=False, repr=False)
+    # Input caps learned from provider rejections, per model: (stated window or None, input cap or None).
+    _provider_limits: dict[str, tuple[int | None, int | None]] = field(
+        default_factory=dict[str, tuple[int | None, int | None]], init=False, compare=False, repr=False
+    )
+    # Rejections of the request step in progress, per (run id, run step).
+    _rejections: collections.OrderedDict[tuple[str | None, int], int] = field(
+        default_factory=collections.OrderedDict[tuple[str | None, int], int],
+        init=False,
+        compare=False,
+        repr=False,
+    )
     _last_compile_id: int = field(default=0, init=False, compare=False)
     # The latest view and its run id: what that request was sent, to anchor the next gauge on the
     # provider's usage (see `tokens.measure_context`).
@@ -103,15 +138,46 @@ class ContextProfile(AbstractCapability[Any]):
 
     # --- compiling ----------------------------------------------------------------------------
 
-    def budget_for(self, model: Any = None) -> ContextBudget:
-        """The budget for a request to `model`, from this profile's settings."""
-        return ContextBudget.for_model(
-            model,
-            context_window=self.context_window,
-            reserved_output=self.reserved_output,
-            reserved_system=self.reserved_system,
-            soft_threshold=self.soft_threshold,
-        )
+    def budget_for(self, model: Any = None, *, overhead: RequestOverhead | None = None) -> ContextBudget:
+        """The budget for a request to `model`, from this profile's settings.
+
+        `reserved_system` is the explicit setting, else what `overhead` measured the request sends
+        besides its messages, else 0. Limits the provider stated when it rejected a request to the
+        same model (see `max_overflow_retries`) tighten the window. Raises `ContextBudgetExceeded`
+        when the instructions and tool definitions alone leave no room for messages.
+        """
+        reserved_system = self.reserved_system
+        if reserved_system is None:
+            reserved_system = overhead.reserve if overhead is not None else 0
+        window = resolve_context_window(model, explicit=self.context_window)
+        tokens, source = window.tokens, window.source
+        reserved_output = self.reserved_output
+        if reserved_output is None:
+            reserved_output = min(_DEFAULT_RESERVED_OUTPUT, tokens // 4)
+        learned = self._provider_limits.get(_model_key(model))
+        if learned is not None:
+            tokens, source = _tightened_window(
+                tokens, source, learned, reserved_output=reserved_output, reserved_system=reserved_system
+            )
+        try:
+            return ContextBudget(
+                context_window=tokens,
+                reserved_output=reserved_output,
+                reserved_system=reserved_system,
+                soft_threshold=self.soft_threshold,
+                window_source=source,
+            )
+        except ValueError as exc:
+            if reserved_system <= 0:
+                raise
+            raise ContextBudgetExceeded(
+                reserved_system + reserved_output,
+                tokens,
+                detail=(
+                    f'the instructions and tool definitions ({reserved_system:,} tokens) and the reserved '
+                    f'output ({reserved_output:,}) leave no room for messages in a {tokens:,}-token window'
+                ),
+            ) from exc
 
     def counter_for(self, model: Any = None) -> TokenCounter:
         if self.counter is not None:
@@ -125,11 +191,15 @@ class ContextProfile(AbstractCapability[Any]):
         *,
         model: Any = None,
         budget: ContextBudget | None = None,
+        parameters: Any = None,
     ) -> list[ModelMessage]:
         """Compile the view of `messages` the model should receive. Works without a `RunContext`.
 
         `model` (default: the run's model) picks the token encoding and the context window;
-        `budget` overrides the budget this profile would resolve for it.
+        `budget` overrides the budget this profile would resolve for it. `parameters` is the
+        request's `ModelRequestParameters`, when known: its instructions and tool definitions are
+        measured and reserved (see `budget_for`); without it, a `ctx` with a tool manager (a
+        history processor's) supplies the run's tool definitions.
 
         Never mutates `messages`; the same input gives the same view. Steps that change the view
         send `CompactionEvent`s to the handlers, a compile that changed the view records a
@@ -142,9 +212,13 @@ class ContextProfile(AbstractCapability[Any]):
         run_id = getattr(ctx, 'run_id', None) if ctx is not None else None
         self._compiles += 1
         compile_id = self._compiles
+        counter = self.counter_for(model)
+        overhead = self._measure_overhead(messages, ctx, counter, parameters)
+        if budget is None:
+            budget = self.budget_for(model, overhead=overhead)
         context = CompileContext(
-            counter=self.counter_for(model),
-            budget=budget if budget is not None else self.budget_for(model),
+            counter=counter,
+            budget=budget,
             run_id=run_id,
             run_context=ctx,
             model=self.summary_model if self.summary_model is not None else model,
@@ -162,7 +236,6 @@ class ContextProfile(AbstractCapability[Any]):
             messages, self.steps, context, on_event=on_event, count_tokens=bool(self.event_handlers)
         )
         self._last_compile_id = compile_id
-        counter = context.counter
         _tracing.record_compaction(
             _tracing.tracer_for(ctx),
             start_time=start_time,
@@ -174,12 +247,28 @@ class ContextProfile(AbstractCapability[Any]):
             run_id=run_id,
             compile_id=compile_id,
         )
-        assert context.budget is not None
-        usage = self._measure(view, messages, context.budget, counter, run_id=run_id, compile_id=compile_id)
+        usage = self._measure(
+            view, messages, budget, counter, overhead=overhead, run_id=run_id, compile_id=compile_id
+        )
         self.last_usage = usage
+        self.last_overhead = overhead
         self._last_sent = (run_id, view)
         await self._dispatch(usage)
         return view
+
+    def _measure_overhead(
+        self, messages: Sequence[ModelMessage], ctx: Any, counter: TokenCounter, parameters: Any
+    ) -> RequestOverhead:
+        definitions = None
+        if parameters is None and ctx is not None:
+            definitions = _run_tool_definitions(ctx)
+        return measure_overhead(
+            messages,
+            counter=counter,
+            parameters=parameters,
+            tool_definitions=definitions,
+            memo=self._overhead_memo,
+        )
 
     def _measure(
         self,
@@ -188,6 +277,7 @@ class ContextProfile(AbstractCapability[Any]):
         budget: ContextBudget,
         counter: TokenCounter,
         *,
+        overhead: RequestOverhead,
         run_id: str | None,
         compile_id: int,
     ) -> ContextUsageEvent:
@@ -198,9 +288,20 @@ class ContextProfile(AbstractCapability[Any]):
             )
         if reading is None or not reading.anchored:
             reading = measure_context(view, counter=counter, log=log, reserved_system=budget.reserved_system)
+        if reading.anchored and reading.provider_tokens < budget.reserved_system:
+            # A "provider" that did not count the tools (a test model's estimate) anchors nothing.
+            reading = measure_context(view, counter=counter, reserved_system=budget.reserved_system)
+        explicit = self.reserved_system is not None
+        counted_instructions = overhead.counted_instructions_tokens
+        instructions = counted_instructions if explicit else overhead.instructions_tokens
+        tools = budget.reserved_system if explicit else overhead.tools_tokens
+        message_tokens = max(0, reading.tokens - counted_instructions)
         return ContextUsageEvent(
-            message_tokens=reading.tokens,
-            used_tokens=reading.tokens + budget.reserved_system,
+            message_tokens=message_tokens,
+            instructions_tokens=instructions,
+            tools_tokens=tools,
+            view_tokens=reading.tokens,
+            used_tokens=message_tokens + instructions + tools,
             window_tokens=budget.context_window,
             limit_tokens=budget.limit,
             soft_limit_tokens=budget.soft_limit,
@@ -234,14 +335,198 @@ class ContextProfile(AbstractCapability[Any]):
             run_id = self.events[-1].run_id
         return [e for e in self.events if e.run_id == run_id]
 
-    # --- pydantic-ai integration --------------------------------------------------------------
+    # --- the request path -----------------------------------------------------------------------
+
+    async def compile_request(
+        self,
+        messages: Sequence[ModelMessage],
+        ctx: RunContext[Any] | None = None,
+        *,
+        model: Any = None,
+        parameters: Any = None,
+    ) -> list[ModelMessage]:
+        """`compile`, then refuse to send what cannot fit: the view every integration sends.
+
+        Raises `ContextBudgetExceeded` (before anything is sent) when the compiled view, with the
+        instructions and tool definitions it travels with, is over the budget.
+        """
+        try:
+            view = await self.compile(messages, ctx, model=model, parameters=parameters)
+        except ContextBudgetExceeded as exc:
+            rejected = self._rejections.get(_step_key(ctx), 0)
+            if not rejected:
+                raise
+            raise ContextBudgetExceeded(
+                exc.used,
+                exc.limit,
+                detail=f'{exc.detail}; the provider rejected {rejected} earlier attempt(s) as too long',
+                policy=exc.policy,
+            ) from exc
+        usage = self.last_usage
+        assert usage is not None
+        # An unknown model's window is a guess: the policies fit it, but only a known one refuses.
+        known = usage.window_source != 'default'
+        if known and usage.estimated_tokens is not None and usage.estimated_tokens > usage.limit_tokens:
+            extra = usage.used_tokens - usage.budget_tokens
+            raise ContextBudgetExceeded(
+                usage.estimated_tokens + extra,
+                usage.limit_tokens + extra,
+                detail=(
+                    f'the compiled view ({usage.estimated_tokens:,} tokens) with its instructions and tool '
+                    f'definitions does not fit the {usage.window_tokens:,}-token window; nothing was sent'
+                ),
+                policy=self.name,
+            )
+        return view
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """Replace this request's messages with the compiled view; the run's history is untouched."""
-        request_context.messages = await self.compile(list(request_context.messages), ctx)
+        """pydantic-ai 2.62–2.63 and 1.x: replace this request's messages with the compiled view.
+
+        On pydantic-ai >= 2.64 the view is compiled per attempt in `prepare_model_request` instead,
+        once the serving model is known.
+        """
+        if not _HAS_PREPARE_HOOK:
+            request_context.messages = await self._compile_attempt(ctx, request_context)
         return request_context
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """pydantic-ai >= 2.64: compile this attempt's view for the model that serves it.
+
+        Only this attempt's messages change (non-destructive); a fallback to a model with a
+        smaller window gets a view that fits that model.
+        """
+        request_context.messages = await self._compile_attempt(ctx, request_context)
+        return request_context
+
+    async def _compile_attempt(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> list[ModelMessage]:
+        # The canonical log is the run's history; on 1.x (destructive) that is the previous view.
+        return await self.compile_request(
+            list(request_context.messages),
+            ctx,
+            model=request_context.model,
+            parameters=request_context.model_request_parameters,
+        )
+
+    async def on_model_request_error(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        error: Exception,
+    ) -> ModelResponse:
+        """When the provider rejects the request as too long: compile tighter and try again.
+
+        The rejected attempt's size (as counted here) and the limit the error states, if any,
+        tighten the budget for this model (kept for later requests too); the attempt is retried
+        with `RetryModelRequest` (pydantic-ai >= 2.64), else by sending the tighter view directly.
+        At most `max_overflow_retries` times per request, then `ContextBudgetExceeded`. Any other
+        error is re-raised unchanged.
+        """
+        overflow = context_overflow(error)
+        if overflow is None:
+            raise error
+        model = request_context.model
+        key = _step_key(ctx)
+        while True:
+            rejected = self._request_total(
+                request_context.messages, model, request_context.model_request_parameters
+            )
+            retries = self._rejections.get(key, 0)
+            cap = self._learn_limit(model, overflow, rejected)
+            if retries >= self.max_overflow_retries:
+                self._rejections.pop(key, None)
+                raise ContextBudgetExceeded(
+                    rejected,
+                    overflow.limit if overflow.limit is not None else (cap or rejected),
+                    detail=(
+                        f'the provider rejected the request as too long {retries + 1} times '
+                        f'({overflow.message}); the last attempt had {rejected:,} tokens by this counter'
+                    ),
+                    policy=self.name,
+                ) from error
+            self._rejections[key] = retries + 1
+            self._rejections.move_to_end(key)
+            while len(self._rejections) > _STEPS_REMEMBERED:
+                self._rejections.popitem(last=False)
+            self._last_sent = None  # the rejected attempt measured nothing
+            await self._report_rejection(ctx, request_context, overflow, rejected, cap)
+            if _RetryModelRequest is not None:
+                raise _RetryModelRequest()
+            # pydantic-ai < 2.64 cannot attempt the step again: send the tighter view ourselves.
+            log = list(getattr(ctx, 'messages', None) or request_context.messages)
+            view = await self.compile_request(
+                log, ctx, model=model, parameters=request_context.model_request_parameters
+            )
+            request_context.messages = view
+            try:
+                response = await model.request(
+                    view, request_context.model_settings, request_context.model_request_parameters
+                )
+            except Exception as again:
+                next_overflow = context_overflow(again)
+                if next_overflow is None:
+                    raise
+                overflow, error = next_overflow, again
+                continue
+            self._rejections.pop(key, None)
+            return response
+
+    def _request_total(self, messages: Sequence[ModelMessage], model: Any, parameters: Any) -> int:
+        counter = self.counter_for(model)
+        overhead = measure_overhead(
+            messages, counter=counter, parameters=parameters, memo=self._overhead_memo
+        )
+        return counter.count_messages(messages) + overhead.reserve
+
+    def _learn_limit(self, model: Any, overflow: Overflow, rejected: int) -> int | None:
+        """Remember what the provider told about `model`'s limit; the input cap now in force."""
+        key = _model_key(model)
+        stated, cap = self._provider_limits.get(key, (None, None))
+        if overflow.limit is not None:
+            stated = overflow.limit if stated is None else min(stated, overflow.limit)
+        # A rejection the stated window does not explain means this counter undercounts for the
+        # provider: cap the input below what was rejected.
+        reserved_output = (
+            self.reserved_output if self.reserved_output is not None else _DEFAULT_RESERVED_OUTPUT
+        )
+        if stated is None or rejected <= stated - min(reserved_output, stated // 4):
+            shrunk = max(1, math.floor(rejected * self.overflow_shrink))
+            cap = shrunk if cap is None else min(cap, shrunk)
+        self._provider_limits[key] = (stated, cap)
+        return cap
+
+    async def _report_rejection(
+        self,
+        ctx: Any,
+        request_context: ModelRequestContext,
+        overflow: Overflow,
+        rejected: int,
+        cap: int | None,
+    ) -> None:
+        self._compiles += 1
+        limit = f'; the provider states a {overflow.limit:,}-token window' if overflow.limit else ''
+        within = f'; retrying within {cap:,} input tokens' if cap else '; retrying within the stated window'
+        event = CompactionEvent(
+            policy='provider_rejected',
+            reason=f'the provider rejected the request as too long ({overflow.message}, {rejected:,} tokens '
+            f'by this counter{limit}){within}',
+            messages_before=len(request_context.messages),
+            messages_after=len(request_context.messages),
+            details={'rejected_tokens': rejected, 'provider_limit': overflow.limit, 'input_cap': cap},
+            run_id=getattr(ctx, 'run_id', None),
+            profile=self.name,
+            compile_id=self._compiles,
+        )
+        self.events.append(event)
+        await self._dispatch(event)
+
+    # --- pydantic-ai integration --------------------------------------------------------------
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -255,10 +540,15 @@ class ContextProfile(AbstractCapability[Any]):
     def history_processors(
         self,
     ) -> list[Callable[[RunContext[Any], list[ModelMessage]], Awaitable[list[ModelMessage]]]]:
-        """For `Agent(history_processors=...)` on pydantic-ai 1.x: the view replaces the run's history."""
+        """For `Agent(history_processors=...)` on pydantic-ai 1.x: the view replaces the run's history.
+
+        A history processor sees the run's tool definitions but not native tools, a native output
+        schema or prompted-output instructions (set `reserved_system` for those), and cannot
+        retry a request the provider rejects as too long: use the capability where you can.
+        """
 
         async def compile_history(ctx: RunContext[Any], messages: list[ModelMessage]) -> list[ModelMessage]:
-            return await self.compile(messages, ctx)
+            return await self.compile_request(messages, ctx)
 
         compile_history.__name__ = f'{self.name}_profile'
         return [compile_history]
@@ -283,6 +573,8 @@ class ContextProfile(AbstractCapability[Any]):
             'reserved_output': self.reserved_output,
             'reserved_system': self.reserved_system,
             'soft_threshold': self.soft_threshold,
+            'max_overflow_retries': self.max_overflow_retries,
+            'overflow_shrink': self.overflow_shrink,
             'counter': self.counter,
             'summary_model': self.summary_model,
             'on_event': tuple(self.event_handlers),
@@ -298,6 +590,8 @@ _COMMON = frozenset(
         'reserved_output',
         'reserved_system',
         'soft_threshold',
+        'max_overflow_retries',
+        'overflow_shrink',
         'counter',
         'summary_model',
         'on_event',
@@ -381,3 +675,54 @@ def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     if handlers is not None:
         common['event_handlers'] = (handlers,) if callable(handlers) else tuple(handlers)
     return common, own
+
+
+# --- helpers of the request path ----------------------------------------------------------------
+
+
+def _model_key(model: Any) -> str:
+    """A model's identity for limits learned from its provider: its id, else system and name."""
+    if model is None:
+        return ''
+    if isinstance(model, str):
+        return model
+    model_id = getattr(model, 'model_id', None)
+    if isinstance(model_id, str) and model_id:
+        return model_id
+    return f'{getattr(model, "system", "")}:{getattr(model, "model_name", type(model).__name__)}'
+
+
+def _tightened_window(
+    tokens: int,
+    source: WindowSource,
+    learned: tuple[int | None, int | None],
+    *,
+    reserved_output: int,
+    reserved_system: int,
+) -> tuple[int, WindowSource]:
+    """The window after what a provider's rejections taught: its stated window, and an input cap."""
+    stated, cap = learned
+    if stated is not None and stated < tokens:
+        tokens, source = stated, 'provider'
+    if cap is not None:
+        # The window whose message limit lets messages + reserved_system reach `cap` and no more.
+        capped = math.floor((cap + reserved_output) / (1 - _SAFETY_MARGIN))
+        if capped < tokens:
+            tokens, source = max(capped, 1), 'provider'
+    return tokens, source
+
+
+def _step_key(ctx: Any) -> tuple[str | None, int]:
+    """The request step in progress: (run id, run step)."""
+    return (getattr(ctx, 'run_id', None), getattr(ctx, 'run_step', 0) or 0)
+
+
+def _run_tool_definitions(ctx: Any) -> list[Any] | None:
+    """The run's tool definitions, as a history processor's `RunContext` knows them, or `None`."""
+    manager = getattr(ctx, 'tool_manager', None)
+    if manager is None or getattr(manager, 'tools', None) is None:
+        return None
+    try:
+        return list(manager.tool_defs)
+    except Exception:  # a tool manager not prepared for this step knows no definitions yet
+        return None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import hashlib
 import math
 import operator
@@ -51,6 +52,7 @@ __all__ = (
     'encoding_for_model',
     'estimate_tokens',
     'measure_context',
+    'message_tokens',
 )
 
 MESSAGE_OVERHEAD_TOKENS: Final = 4
@@ -243,6 +245,20 @@ class _MessageCounter:
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}(name={self.name!r}, exact={self.exact!r})'
+
+
+def message_tokens(counter: TokenCounter, message: ModelMessage) -> int:
+    """The tokens one message adds to a view: `count_message` without its `instructions`.
+
+    A model is sent only the newest request's instructions, and pydantic-ai records them on
+    every request: a policy weighing messages one by one (what to drop, what to trim) must not
+    charge each of them the instructions again. `count_messages` counts them once.
+    """
+    if isinstance(counter, _MessageCounter):
+        return counter._entry(message).parts_tokens
+    if isinstance(message, ModelRequest) and message.instructions:
+        return counter.count_message(dataclasses.replace(message, instructions=None))
+    return counter.count_message(message)
 
 
 # --- the heuristic ------------------------------------------------------------------------------

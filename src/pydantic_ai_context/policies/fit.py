@@ -20,7 +20,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, User
 from pydantic_ai_context import _parts
 from pydantic_ai_context.errors import ContextBudgetExceeded
 from pydantic_ai_context.integrity import safe_cut_points
-from pydantic_ai_context.tokens import TokenCounter
+from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
@@ -139,7 +139,7 @@ class FitToBudget(SyncPolicy):
     ) -> list[ModelMessage]:
         counter = context.counter
         plan = _Plan.of(messages, keep_last_steps=max(self.keep_last_steps, 1))
-        sizes = [sum(counter.count_message(m) for m in messages[s:e]) for s, e in plan.units]
+        sizes = [sum(message_tokens(counter, m) for m in messages[s:e]) for s, e in plan.units]
         dropped: set[int] = set()
         freed = 0
         view = list(messages)
@@ -245,23 +245,23 @@ class _Plan:
     def explain(self, view: list[ModelMessage], dropped: set[int], counter: TokenCounter, limit: int) -> str:
         """Why the smallest view does not fit: what it still holds, and any message too large on its own."""
         newest = len(self.messages) - 1
-        newest_tokens = counter.count_message(self.messages[newest])
+        newest_tokens = message_tokens(counter, self.messages[newest])
         if newest_tokens > limit:
             kind = 'request' if isinstance(self.messages[newest], ModelRequest) else 'message'
             return (
                 f'the newest {kind} alone is {newest_tokens:,} tokens (message {newest}), '
                 f'more than the limit of {limit:,}'
             )
-        head = sum(counter.count_message(m) for m in self.messages[: self.head_end])
+        head = sum(message_tokens(counter, m) for m in self.messages[: self.head_end])
         recent_units = self.units[len(self.units) - self.protected :]
-        recent = sum(counter.count_message(m) for s, e in recent_units for m in self.messages[s:e])
+        recent = sum(message_tokens(counter, m) for s, e in recent_units for m in self.messages[s:e])
         detail = (
             f'after dropping {len(dropped)} of {len(self.units)} steps, the view still holds the task framing '
             f'({head:,} tokens), the last {self.protected} steps ({recent:,} tokens) and '
             f'{len(self.units) - self.protected - len(dropped)} steps that must stay (pinned or system prompts)'
         )
-        largest = max(range(len(self.messages)), key=lambda i: counter.count_message(self.messages[i]))
-        largest_tokens = counter.count_message(self.messages[largest])
+        largest = max(range(len(self.messages)), key=lambda i: message_tokens(counter, self.messages[i]))
+        largest_tokens = message_tokens(counter, self.messages[largest])
         if largest_tokens > limit:
             detail += f'; message {largest} alone is {largest_tokens:,} tokens'
         return detail

@@ -44,6 +44,7 @@ from pydantic_ai_context import _parts
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.policies._base import AsyncPolicy
 from pydantic_ai_context.policies._frontier import unresolved_failures
+from pydantic_ai_context.tokens import message_tokens
 from pydantic_ai_context.views import CompileContext, current_run, run_spans
 
 __all__ = (
@@ -617,7 +618,7 @@ class SummarizeWindow(AsyncPolicy):
             while counted > c:
                 counted -= 1
                 if keep_tokens is not None:
-                    tail_tokens += context.counter.count_message(messages[counted])
+                    tail_tokens += message_tokens(context.counter, messages[counted])
             if (keep_messages is None or n - c >= keep_messages) and (
                 keep_tokens is None or tail_tokens >= keep_tokens
             ):

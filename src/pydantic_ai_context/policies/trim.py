@@ -12,7 +12,7 @@ from typing import Any, Final
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 
 from pydantic_ai_context import _facts, _parts
-from pydantic_ai_context.tokens import TokenCounter
+from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
@@ -141,7 +141,7 @@ class TrimToolOutputs(SyncPolicy):
             and isinstance(message, ModelRequest)
             and bool(_parts.tool_results(message))
             and not _parts.message_pinned(message)
-            and counter.count_message(message) > clamp_at
+            and message_tokens(counter, message) > clamp_at
         )
 
     def _apply(
@@ -170,7 +170,7 @@ class TrimToolOutputs(SyncPolicy):
                 continue
             limit = self.max_tokens if old else clamp_at
             # The counter memoises whole messages: a request that fits the limit needs no part counted.
-            if limit is None or counter.count_message(message) <= limit:
+            if limit is None or message_tokens(counter, message) <= limit:
                 continue
             if failures is None:
                 # Only what has left the window can resolve a failure, so the set moves with the frontier.

@@ -1,0 +1,248 @@
+"""What a model request sends besides its messages: instructions and tool definitions, in tokens.
+
+A provider bills, and limits, the whole request: the messages, the instructions, and the
+definition of every tool the model may call (name, description, JSON schema), plus any
+output schema and provider-side (native) tools. A view that fits the window on its messages
+alone can still be a request the provider rejects. `measure_overhead` counts the rest with the
+same counter as the view, from what the request carries:
+
+- pydantic-ai 2.x capability hooks and 1.x capabilities see the request's
+  `ModelRequestParameters`: function and output tool definitions (skipping those the request
+  withholds), the output object's schema, native tools, and the instruction parts;
+- a history processor (1.x `history_processors=`, 2.x `ProcessHistory`) sees only its
+  `RunContext`: the run's tool definitions (`ctx.tool_manager`, function and output tools)
+  and the instructions on the newest request. It cannot see native tools, a native output
+  schema or prompted-output instructions; set `reserved_system` for those.
+
+Counts are approximations of each provider's own framing: a definition costs its name,
+description and compact JSON schema plus `TOOL_OVERHEAD_TOKENS`; a native tool costs its
+configuration as JSON plus `NATIVE_TOOL_TOKENS`. The budget's safety margin covers the rest.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from pydantic_ai.messages import ModelMessage, ModelRequest
+
+from .tokens import TokenCounter
+
+__all__ = ('NATIVE_TOOL_TOKENS', 'TOOL_OVERHEAD_TOKENS', 'RequestOverhead', 'measure_overhead')
+
+TOOL_OVERHEAD_TOKENS: Final = 8
+"""Tokens added per tool definition for its framing in the provider's tool list."""
+
+NATIVE_TOOL_TOKENS: Final = 50
+"""Tokens added per provider-side (native) tool, whose prompt the provider does not publish."""
+
+OverheadSource = Literal['request', 'run-context', 'none']
+"""Where the overhead was measured: the request's parameters, a history processor's `RunContext`, or nowhere."""
+
+_MEMO_ENTRIES: Final = 512
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestOverhead:
+    """The tokens a request sends besides its messages, measured with the view's counter.
+
+    `reserve` is what the message budget must leave free: the tool definitions, and any
+    instructions the message count does not already include (the counters count the
+    instructions of the newest request with the messages).
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, UserPromptPart
+        from pydantic_ai.models import ModelRequestParameters
+        from pydantic_ai.tools import ToolDefinition
+
+        from pydantic_ai_context import HeuristicCounter, measure_overhead
+
+        tool = ToolDefinition(
+            name='read_file',
+            description='Read a file of the repository.',
+            parameters_json_schema={'type': 'object', 'properties': {'path': {'type': 'string'}}},
+        )
+        request = ModelRequest(parts=[UserPromptPart('hi')], instructions='Be brief.')
+        overhead = measure_overhead(
+            [request], counter=HeuristicCounter(), parameters=ModelRequestParameters(function_tools=[tool])
+        )
+        assert overhead.tools == 1 and overhead.tools_tokens > 8
+        assert overhead.instructions_tokens == overhead.counted_instructions_tokens > 0
+        assert overhead.reserve == overhead.tools_tokens  # the instructions are counted with the messages
+        ```
+    """
+
+    instructions_tokens: int = 0
+    """Tokens of the instructions the request sends."""
+    counted_instructions_tokens: int = 0
+    """Tokens of the instructions the counter already counts with the messages (the newest request's)."""
+    tools_tokens: int = 0
+    """Tokens of the function and output tool definitions, the output schema and native tools."""
+    tools: int = 0
+    """How many definitions `tools_tokens` counts."""
+    source: OverheadSource = 'none'
+    """Where it was measured: `'request'`, `'run-context'` (a history processor) or `'none'`."""
+
+    @property
+    def reserve(self) -> int:
+        """Tokens the message view cannot use: the tools, plus instructions the messages do not count."""
+        return self.tools_tokens + max(0, self.instructions_tokens - self.counted_instructions_tokens)
+
+    @property
+    def total(self) -> int:
+        """Instructions plus tools: everything the request sends besides its messages."""
+        return self.instructions_tokens + self.tools_tokens
+
+
+class OverheadMemo:
+    """Token counts of instructions and tool definitions, remembered by their text.
+
+    Owned by the profile that measures (a request's definitions are the same on every request);
+    bounded by entries, least recently used forgotten first. Keys are definition texts, never
+    conversation content.
+    """
+
+    def __init__(self, *, entries: int = _MEMO_ENTRIES) -> None:
+        self._entries = entries
+        self._memo: collections.OrderedDict[tuple[str, str], int] = collections.OrderedDict()
+
+    def count(self, counter: TokenCounter, text: str) -> int:
+        if not text:
+            return 0
+        key = (counter.name, text)
+        found = self._memo.get(key)
+        if found is not None:
+            self._memo.move_to_end(key)
+            return found
+        tokens = counter.count_text(text)
+        self._memo[key] = tokens
+        while len(self._memo) > self._entries:
+            self._memo.popitem(last=False)
+        return tokens
+
+
+def measure_overhead(
+    messages: Sequence[ModelMessage],
+    *,
+    counter: TokenCounter,
+    parameters: Any = None,
+    tool_definitions: Iterable[Any] | None = None,
+    memo: OverheadMemo | None = None,
+) -> RequestOverhead:
+    """Measure what a request of `messages` sends besides them.
+
+    `parameters` is the request's `ModelRequestParameters` (what capability hooks see); without
+    it, `tool_definitions` (e.g. `ctx.tool_manager.tool_defs` in a history processor) are counted
+    and the instructions are those of the newest request. With neither, only instructions.
+    """
+    memo = memo if memo is not None else OverheadMemo()
+    counted = _newest_instructions(messages)
+    counted_tokens = memo.count(counter, counted or '')
+    if parameters is not None:
+        sent = _sent_instructions(parameters, counted)
+        tools_tokens, tools = _parameters_tokens(parameters, counter, memo)
+        source: OverheadSource = 'request'
+    else:
+        sent = counted
+        definitions = list(tool_definitions) if tool_definitions is not None else []
+        tools_tokens = sum(_definition_tokens(d, counter, memo) for d in definitions)
+        tools = len(definitions)
+        source = 'run-context' if tool_definitions is not None else 'none'
+    return RequestOverhead(
+        instructions_tokens=memo.count(counter, sent or ''),
+        counted_instructions_tokens=counted_tokens,
+        tools_tokens=tools_tokens,
+        tools=tools,
+        source=source,
+    )
+
+
+def _newest_instructions(messages: Sequence[ModelMessage]) -> str | None:
+    for message in reversed(messages):
+        if isinstance(message, ModelRequest) and message.instructions:
+            return message.instructions
+    return None
+
+
+def _sent_instructions(parameters: Any, fallback: str | None) -> str | None:
+    parts = getattr(parameters, 'instruction_parts', None)
+    if parts is None:
+        text = fallback
+    else:
+        visibility = getattr(parameters, 'instruction_visibility_of', None)
+        # Parts a loaded capability states through the history are in the messages already.
+        shown = [p for p in parts if visibility is None or visibility(p) == 'prefix']
+        # As `InstructionPart.join` renders them.
+        text = '\n\n'.join(str(getattr(p, 'content', '')) for p in shown).strip() or None
+    prompted = _prompted_output_instructions(parameters)
+    if prompted:
+        text = f'{text}\n\n{prompted}' if text else prompted
+    return text
+
+
+def _prompted_output_instructions(parameters: Any) -> str | None:
+    if getattr(parameters, 'output_mode', None) != 'prompted':
+        return None
+    try:
+        value = parameters.prompted_output_instructions
+    except Exception:  # a pydantic-ai without it, or an output object it cannot render
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _parameters_tokens(parameters: Any, counter: TokenCounter, memo: OverheadMemo) -> tuple[int, int]:
+    tokens = tools = 0
+    visibility = getattr(parameters, 'visibility_of', None)
+    for definition in [*getattr(parameters, 'function_tools', ()), *getattr(parameters, 'output_tools', ())]:
+        shown = visibility(definition.name) if visibility is not None else 'visible'
+        if shown == 'visible':
+            tokens += _definition_tokens(definition, counter, memo)
+        elif shown == 'deferred':
+            # Declared, schema withheld until revealed: the name and description are sent.
+            tokens += TOOL_OVERHEAD_TOKENS + memo.count(counter, definition.name)
+            tokens += memo.count(counter, definition.description or '')
+        else:
+            continue  # withheld, or travelling in the history (counted with the messages)
+        tools += 1
+    output_object = getattr(parameters, 'output_object', None)
+    if output_object is not None and getattr(parameters, 'output_mode', None) == 'native':
+        tokens += TOOL_OVERHEAD_TOKENS + memo.count(counter, _json(getattr(output_object, 'json_schema', {})))
+        tokens += memo.count(counter, getattr(output_object, 'name', None) or '')
+        tokens += memo.count(counter, getattr(output_object, 'description', None) or '')
+        tools += 1
+    for native in (
+        getattr(parameters, 'native_tools', None) or getattr(parameters, 'builtin_tools', None) or ()
+    ):
+        tokens += NATIVE_TOOL_TOKENS + memo.count(counter, _native_text(native))
+        tools += 1
+    return tokens, tools
+
+
+def _definition_tokens(definition: Any, counter: TokenCounter, memo: OverheadMemo) -> int:
+    return (
+        TOOL_OVERHEAD_TOKENS
+        + memo.count(counter, getattr(definition, 'name', ''))
+        + memo.count(counter, getattr(definition, 'description', None) or '')
+        + memo.count(counter, _json(getattr(definition, 'parameters_json_schema', {})))
+    )
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, separators=(',', ':'), ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
+
+
+def _native_text(tool: Any) -> str:
+    if dataclasses.is_dataclass(tool) and not isinstance(tool, type):
+        try:
+            return _json(dataclasses.asdict(tool))
+        except (TypeError, RecursionError):
+            pass
+    return str(getattr(tool, 'kind', type(tool).__name__))

@@ -438,3 +438,16 @@ async def test_history_stats_split_messages_instructions_and_tools() -> None:
     bare = history_stats(log, counter=counter)
     assert bare.tools_tokens == 0
     assert bare.instructions_tokens == stats.instructions_tokens
+
+
+def test_overflow_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_MAX_OVERFLOW_RETRIES', '5')
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_OVERFLOW_SHRINK', '0.5')
+    built = profile('coding')
+    assert (built.max_overflow_retries, built.overflow_shrink) == (5, 0.5)
+    assert profile('coding', overflow_shrink=0.9).overflow_shrink == 0.9
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_OVERFLOW_SHRINK', '1.5')
+    from pydantic_ai_context import ContextSettingsError
+
+    with pytest.raises(ContextSettingsError, match='PYDANTIC_AI_CONTEXT_OVERFLOW_SHRINK'):
+        profile('coding')

@@ -3,7 +3,8 @@
 Precedence, inside `profile(name, **overrides)`: keyword arguments, then environment variables,
 then the preset's defaults. The common settings have fixed variables
 (`PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW`, `..._RESERVED_OUTPUT`, `..._RESERVED_SYSTEM`,
-`..._SOFT_THRESHOLD`, `..._SUMMARY_MODEL`, and `..._PROFILE` for the default preset name). A
+`..._SOFT_THRESHOLD`, `..._MAX_OVERFLOW_RETRIES`, `..._OVERFLOW_SHRINK`, `..._SUMMARY_MODEL`, and
+`..._PROFILE` for the default preset name). A
 preset's own keyword settings come from the variable named after the keyword
 (`keep_recent` -> `PYDANTIC_AI_CONTEXT_KEEP_RECENT`), validated against the annotation of the
 preset factory's parameter. Variables a preset does not take are ignored, so one environment can
@@ -74,6 +75,10 @@ class ContextSettings(BaseSettings):
     """`PYDANTIC_AI_CONTEXT_RESERVED_SYSTEM`: tokens of instructions and tool schemas."""
     soft_threshold: Annotated[float, Field(gt=0, le=1)] | None = None
     """`PYDANTIC_AI_CONTEXT_SOFT_THRESHOLD`: share of the budget at which compaction starts, in (0, 1]."""
+    max_overflow_retries: NonNegativeInt | None = None
+    """`PYDANTIC_AI_CONTEXT_MAX_OVERFLOW_RETRIES`: tighter retries of a request the provider rejects as too long."""
+    overflow_shrink: Annotated[float, Field(gt=0, lt=1)] | None = None
+    """`PYDANTIC_AI_CONTEXT_OVERFLOW_SHRINK`: share of a rejected input a retry may send, in (0, 1)."""
     summary_model: str | None = None
     """`PYDANTIC_AI_CONTEXT_SUMMARY_MODEL`: model name for summarising policies (e.g. `openai:gpt-4o-mini`)."""
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import pydantic_ai
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic_ai import Agent, exceptions
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -29,10 +31,12 @@ from .realistic import (
     SHORT_INSTRUCTIONS,
     RequestMeter,
     make_tools,
+    prose,
     read_file,
     reading_script,
     realistic_agent,
 )
+from .strategies import any_histories
 
 PAI_VERSION = tuple(int(x) for x in pydantic_ai.__version__.split('.')[:2])
 HAS_RETRY_MODEL_REQUEST = hasattr(exceptions, 'RetryModelRequest')
@@ -451,3 +455,54 @@ def test_overflow_settings_come_from_the_environment(monkeypatch: pytest.MonkeyP
 
     with pytest.raises(ContextSettingsError, match='PYDANTIC_AI_CONTEXT_OVERFLOW_SHRINK'):
         profile('coding')
+
+
+# --- never send what cannot fit, on any input -------------------------------------------------
+
+
+@given(
+    log=any_histories,
+    name=st.sampled_from(['transparent', 'coding', 'chat', 'long_horizon']),
+    window=st.sampled_from([2_000, 4_000, 8_000, 32_000]),
+    tools=st.integers(0, 12),
+    instructions=st.integers(0, 400),
+)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+async def test_the_request_path_never_returns_a_view_over_the_window(
+    log: list[ModelMessage], name: str, window: int, tools: int, instructions: int
+) -> None:
+    from pydantic_ai.models import ModelRequestParameters
+    from pydantic_ai.tools import ToolDefinition
+
+    from pydantic_ai_context import HeuristicCounter
+
+    from .invariants import assert_valid
+
+    counter = HeuristicCounter()
+    if instructions and log and hasattr(log[-1], 'instructions'):
+        log = [*log[:-1], dataclasses.replace(log[-1], instructions=prose(instructions, seed=instructions))]
+    definitions = [
+        ToolDefinition(
+            name=f'tool_{i}', description=prose(20, seed=i), parameters_json_schema={'type': 'object'}
+        )
+        for i in range(tools)
+    ]
+    parameters = ModelRequestParameters(function_tools=definitions)
+    summariser = FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart('Summary.')]))
+    ctx_profile = profile(name, context_window=window, counter=counter, summary_model=summariser)
+    try:
+        view = await ctx_profile.compile_request(log, parameters=parameters)
+    except ContextBudgetExceeded as exc:
+        refused: ContextBudgetExceeded | None = exc
+    else:
+        refused = None
+    if refused is not None:
+        assert refused.used > refused.limit
+        return
+    if not log:
+        return
+    assert_valid(view)
+    usage = ctx_profile.last_usage
+    assert usage is not None
+    budget = ctx_profile.budget_for(None, overhead=ctx_profile.last_overhead)
+    assert counter.count_messages(view) + budget.reserved_system <= window - budget.reserved_output

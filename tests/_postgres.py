@@ -28,7 +28,9 @@ def find_bindir() -> Path:
         with contextlib.suppress(OSError, subprocess.CalledProcessError):
             candidates.append(Path(subprocess.check_output([pg_config, '--bindir'], text=True).strip()))
     installed = Path('/usr/lib/postgresql').glob('*/bin')
-    candidates += sorted(installed, key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, reverse=True)
+    candidates += sorted(
+        installed, key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, reverse=True
+    )
     for candidate in candidates:
         if (candidate / 'initdb').exists() and (candidate / 'pg_ctl').exists():
             return candidate
@@ -56,7 +58,9 @@ class PostgresServer:
             try:
                 user = pwd.getpwnam('postgres')
             except KeyError:
-                raise RuntimeError('running as root, but there is no postgres system user to run the server') from None
+                raise RuntimeError(
+                    'running as root, but there is no postgres system user to run the server'
+                ) from None
             self.prefix = [runuser, '-u', 'postgres', '--']
             os.chown(self.dir, user.pw_uid, user.pw_gid)
         else:
@@ -82,7 +86,17 @@ class PostgresServer:
                 f"-k {self.dir} -p {self.port} -c listen_addresses='' -c fsync=off "
                 '-c full_page_writes=off -c max_connections=200'
             )
-            self._run(str(self.bindir / 'pg_ctl'), '-D', str(self.data), '-o', options, '-l', str(self.log), '-w', 'start')
+            self._run(
+                str(self.bindir / 'pg_ctl'),
+                '-D',
+                str(self.data),
+                '-o',
+                options,
+                '-l',
+                str(self.log),
+                '-w',
+                'start',
+            )
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
             log = self.log.read_text() if self.log.exists() else ''
             output = getattr(e, 'stderr', '') or ''

@@ -1,9 +1,10 @@
 """Worker processes for the conversation-store tests: concurrent writers, a writer killed mid-loop, a resumed session.
 
 Usage:
-- `python tests/_conversation_worker.py share URL WORKER RUNS`: `RUNS` runs on conversation
-  `own-WORKER`, each followed by one on the conversation `shared` (retrying on
-  `ConversationConflict`); prints one JSON line per acknowledged save.
+- `python tests/_conversation_worker.py share URL WORKERS RUNS OUTDIR`: imports once, then forks
+  `WORKERS` writer processes; writer `w` makes `RUNS` runs on conversation `own-w`, each followed
+  by one on the conversation `shared` (retrying on `ConversationConflict`), and writes one JSON
+  line per acknowledged save to `OUTDIR/w.jsonl`. Exits non-zero if a writer failed.
 - `python tests/_conversation_worker.py crash URL`: imports once, prints `ready`, then forks one
   writer per stdin line `go OUTFILE` (prints `pid N`, then `reaped` once the test killed it).
   The writer loops: load `crash`, run turn `n` (n = turns stored so far), save, and append `n` to
@@ -77,7 +78,7 @@ def long_chat(turns: int = 10) -> list[ModelMessage]:
     return messages
 
 
-async def _share(url: str, worker: int, runs: int) -> None:
+async def _share(url: str, worker: int, runs: int, out: Any) -> None:
     from pydantic_ai.conversation import Conversation
     from pydantic_ai.conversation_store import ConversationConflict
 
@@ -99,7 +100,11 @@ async def _share(url: str, worker: int, runs: int) -> None:
                         conflicts += 1
                         continue
                     break
-                print(json.dumps({'conversation': cid, 'label': label, 'conflicts': conflicts}), flush=True)
+                print(
+                    json.dumps({'conversation': cid, 'label': label, 'conflicts': conflicts}),
+                    file=out,
+                    flush=True,
+                )
 
 
 async def _write_forever(url: str, out: Any) -> None:
@@ -118,10 +123,36 @@ async def _write_forever(url: str, out: Any) -> None:
         print(turn, file=out, flush=True)
 
 
-def _crash(url: str) -> None:
-    import pydantic_ai_context.store  # noqa: F401  (imported once, before forking)
+def _warm_up() -> None:
+    """Import and build everything once in the parent, so each forked writer starts saving at once."""
+    import pydantic_ai_context.store  # noqa: F401
+    from pydantic_ai_context.store import _codec
 
+    result = asyncio.run(echo_agent().run('warm up', usage_limits=NO_LIMITS))
+    for message in result.all_messages():
+        _codec.load_message(_codec.dump_message(message))
     assert threading.active_count() == 1  # fork is only safe while this process has no other threads
+
+
+def _share_all(url: str, workers: int, runs: int, outdir: str) -> int:
+    _warm_up()
+    pids = []
+    for w in range(workers):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                with open(os.path.join(outdir, f'{w}.jsonl'), 'w') as out:
+                    asyncio.run(_share(url, w, runs, out))
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    return max(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0 for pid in pids)
+
+
+def _crash(url: str) -> None:
+    _warm_up()
     print('ready', flush=True)
     for line in sys.stdin:
         _, outfile = line.split()
@@ -151,8 +182,8 @@ async def _summarise(url: str, session_id: str) -> None:
 def main() -> None:
     mode, url, *rest = sys.argv[1:]
     if mode == 'share':
-        asyncio.run(_share(url, int(rest[0]), int(rest[1])))
-    elif mode == 'crash':
+        raise SystemExit(_share_all(url, int(rest[0]), int(rest[1]), rest[2]))
+    if mode == 'crash':
         _crash(url)
     elif mode == 'summarise':
         asyncio.run(_summarise(url, rest[0]))

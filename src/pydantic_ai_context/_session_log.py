@@ -37,6 +37,10 @@ class SessionLog(Protocol):
         self, agent: Any, prompt: Any, log: list[ModelMessage], kwargs: dict[str, Any]
     ) -> tuple[Any, list[ModelMessage]]: ...
 
+    def take_reloaded(self) -> list[ModelMessage] | None:
+        """The log a failed call reloaded from the store (once), or `None`."""
+        ...
+
 
 def is_conversation_store(store: object) -> bool:
     if not HAS_CONVERSATION_STORE:
@@ -99,6 +103,9 @@ class StoreLog:
         new = [m for m in result.new_messages() if isinstance(m, ModelRequest | ModelResponse)]
         return result, (await self.append(log, new) if new else log)
 
+    def take_reloaded(self) -> list[ModelMessage] | None:
+        return None
+
 
 class ConversationLog:
     """A pydantic-ai conversation: saved with its revision, so concurrent writers are noticed.
@@ -113,6 +120,7 @@ class ConversationLog:
         self.session_id = session_id
         self.scope = scope
         self.conversation: Conversation | None = None
+        self._reloaded: list[ModelMessage] | None = None
 
     async def _fresh(self) -> Conversation:
         from pydantic_ai.conversation import Conversation
@@ -216,7 +224,7 @@ class ConversationLog:
         try:
             await self.store.save(result, scope=self.scope)
         except ConversationConflict:
-            await self._fresh()
+            self._reloaded = list((await self._fresh()).messages)
             raise
         new = [m for m in result.new_messages() if isinstance(m, ModelRequest | ModelResponse)]
         after = result.conversation
@@ -226,3 +234,7 @@ class ConversationLog:
         # The run's history was rewritten (ProcessHistory, 1.x-style processors): the store kept
         # the whole log plus the run's messages; read it back.
         return result, await self.load()
+
+    def take_reloaded(self) -> list[ModelMessage] | None:
+        reloaded, self._reloaded = self._reloaded, None
+        return reloaded

@@ -334,7 +334,12 @@ class ContextSession:
         if apply_profile:
             kwargs['capabilities'] = [*(kwargs.get('capabilities') or ()), self.profile]
         async with self._lock:
-            result, self._log = await self._stored.run(agent, prompt, list(self._log), kwargs)
+            try:
+                result, self._log = await self._stored.run(agent, prompt, list(self._log), kwargs)
+            finally:
+                # A run that lost a race reloaded the conversation: the session follows the store.
+                if (reloaded := self._stored.take_reloaded()) is not None:
+                    self._log = reloaded
             await self._persist_summaries()
             return result
 

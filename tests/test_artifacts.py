@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import re
+import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -9,7 +12,14 @@ from typing import Any
 import pytest
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 
-from pydantic_ai_context import ArtifactStore, MemoryStore, SqliteStore, StoreError
+from pydantic_ai_context import (
+    Artifact,
+    ArtifactStore,
+    MemoryStore,
+    SqliteStore,
+    StoreEntryMissing,
+    StoreError,
+)
 from pydantic_ai_context.store._compat import HAS_CONVERSATION_STORE
 
 KINDS = ['MemoryStore', 'SqliteStore', 'memory://', 'sqlite://', 'postgresql://']
@@ -57,12 +67,8 @@ async def test_put_get_list_delete(store: Any) -> None:
     found = await store.get_artifacts('originals', ['call_2', 'missing', 'other'])
     assert list(found) == ['call_2', 'other']  # in the order asked, missing keys left out
     assert found['call_2'].value == 'é ✓ \x00 nul kept'
-    assert (
-        found['other'].meta == {'tool': 'read_file', 'n': [1, 2]}
-    )
-    assert (
-        found['other'].conversation_id is None
-    )
+    assert found['other'].meta == {'tool': 'read_file', 'n': [1, 2]}
+    assert found['other'].conversation_id is None
     assert await store.get_artifacts('originals', []) == {}
 
     assert await store.artifact_keys('originals') == ['call_1', 'call_2', 'other']
@@ -104,3 +110,11 @@ async def test_deleting_a_session_deletes_its_artifacts(tmp_path: Path) -> None:
             await store.put_artifacts('originals', {'b': '2'}, conversation_id='s2')
             await store.delete('s1')
             assert await store.artifact_keys('originals') == ['b']
+
+
+@pytest.mark.parametrize('obj', [Artifact, ArtifactStore, StoreEntryMissing], ids=lambda o: o.__name__)
+def test_docstring_example_runs(obj: Any) -> None:
+    doc = inspect.getdoc(obj) or ''
+    assert doc.split('\n')[0].endswith('.'), 'the docstring opens with one sentence'
+    [block] = re.findall(r'```python\n(.*?)```', doc, flags=re.DOTALL)
+    exec(compile(textwrap.dedent(block), f'<{obj.__name__} example>', 'exec'), {'__name__': 'example'})

@@ -503,3 +503,26 @@ async def test_postgres_unreachable_is_a_clear_store_error(tmp_path: Path) -> No
         assert 's3cret' not in str(caught.value)
     with pytest.raises(StoreError, match='closed'):
         await store.load('c')
+
+
+# --- docs ----------------------------------------------------------------------------------------
+
+
+def docstring_examples() -> list[Any]:
+    if not HAS_CONVERSATION_STORE:
+        return []
+    from pydantic_ai_context.store.urls import open_store as open_store_function
+
+    return [SqliteConversationStore, PostgresConversationStore, MemoryConversationStore, open_store_function]
+
+
+@pytest.mark.parametrize('obj', docstring_examples(), ids=lambda o: o.__name__)
+def test_docstring_example_runs(obj: Any) -> None:
+    import inspect
+    import re
+    import textwrap
+
+    doc = inspect.getdoc(obj) or ''
+    assert doc.split('\n')[0].endswith('.'), 'the docstring opens with one sentence'
+    [block] = re.findall(r'```python\n(.*?)```', doc, flags=re.DOTALL)
+    exec(compile(textwrap.dedent(block), f'<{obj.__name__} example>', 'exec'), {'__name__': 'example'})

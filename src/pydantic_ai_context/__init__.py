@@ -142,4 +142,5 @@ def __getattr__(name: str) -> Any:
         require_conversation_store(name)
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
+
 __version__ = '0.1.0'

@@ -371,52 +371,55 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
         committing = False
         try:
             async with self._connection(f'saving conversation {cid!r}') as conn, conn.transaction():
-                await conn.execute('SELECT pg_advisory_xact_lock_shared(%s)', (_ENTRIES_LOCK,))
-                # The revision check is the write itself: the row lock makes a concurrent writer
-                # wait, then find the revision changed and update nothing.
-                if expected_revision is None:
-                    cursor = await conn.execute(
-                        'INSERT INTO pydantic_ai_conversations '
-                        '(revision, head_id, scope, updated_at, record, conversation_id) '
-                        'VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (conversation_id) DO NOTHING',
-                        (*values, cid),
-                    )
-                else:
-                    cursor = await conn.execute(
-                        'UPDATE pydantic_ai_conversations SET revision = %s, head_id = %s, scope = %s, '
-                        'updated_at = %s, record = %s WHERE conversation_id = %s AND revision = %s',
-                        (*values, cid, expected_revision),
-                    )
-                if cursor.rowcount != 1:
-                    raise ConversationConflict(cid)
                 new_ids = {row[0] for row in rows}
-                if record.head_id is not None and record.head_id not in new_ids:
-                    found = await (
-                        await conn.execute(
+                new_tips = tips(record)
+                # One pipeline: every statement goes out at once and the checks are read at the end
+                # (a failed check rolls the whole transaction back), so a save costs two round trips.
+                async with conn.pipeline():
+                    await conn.execute('SELECT pg_advisory_xact_lock_shared(%s)', (_ENTRIES_LOCK,))
+                    # The revision check is the write itself: the row lock makes a concurrent writer
+                    # wait, then find the revision changed and update nothing.
+                    if expected_revision is None:
+                        written = await conn.execute(
+                            'INSERT INTO pydantic_ai_conversations '
+                            '(revision, head_id, scope, updated_at, record, conversation_id) '
+                            'VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (conversation_id) DO NOTHING',
+                            (*values, cid),
+                        )
+                    else:
+                        written = await conn.execute(
+                            'UPDATE pydantic_ai_conversations SET revision = %s, head_id = %s, scope = %s, '
+                            'updated_at = %s, record = %s WHERE conversation_id = %s AND revision = %s',
+                            (*values, cid, expected_revision),
+                        )
+                    head = None
+                    if record.head_id is not None and record.head_id not in new_ids:
+                        head = await conn.execute(
                             'SELECT 1 FROM pydantic_ai_conversation_entries WHERE entry_id = %s',
                             (record.head_id,),
                         )
-                    ).fetchone()
-                    if found is None:  # a concurrent delete released the entry a fork points at
-                        raise ConversationConflict(cid)
-                if rows:
-                    async with conn.cursor() as many:
-                        await many.executemany(
-                            f'INSERT INTO pydantic_ai_conversation_entries ({_ENTRY_COLUMNS}) '
-                            'VALUES (%s, %s, %s, %s, %s)',
-                            rows,
-                        )
-                new_tips = tips(record)
-                await conn.execute(
-                    'DELETE FROM pydantic_ai_conversation_tips WHERE conversation_id = %s '
-                    'AND NOT (entry_id = ANY(%s))',
-                    (cid, new_tips),
-                )
-                await conn.execute(
-                    'INSERT INTO pydantic_ai_conversation_tips (conversation_id, entry_id) '
-                    'SELECT %s, unnest(%s::text[]) ON CONFLICT DO NOTHING',
-                    (cid, new_tips),
-                )
+                    if rows:
+                        async with conn.cursor() as many:
+                            await many.executemany(
+                                f'INSERT INTO pydantic_ai_conversation_entries ({_ENTRY_COLUMNS}) '
+                                'VALUES (%s, %s, %s, %s, %s)',
+                                rows,
+                            )
+                    await conn.execute(
+                        'DELETE FROM pydantic_ai_conversation_tips WHERE conversation_id = %s '
+                        'AND NOT (entry_id = ANY(%s))',
+                        (cid, new_tips),
+                    )
+                    await conn.execute(
+                        'INSERT INTO pydantic_ai_conversation_tips (conversation_id, entry_id) '
+                        'SELECT %s, unnest(%s::text[]) ON CONFLICT DO NOTHING',
+                        (cid, new_tips),
+                    )
+                if written.rowcount != 1:
+                    raise ConversationConflict(cid)
+                # A concurrent delete released the entry a fork points at.
+                if head is not None and await head.fetchone() is None:
+                    raise ConversationConflict(cid)
                 committing = True
         except StoreError as e:
             if committing:

@@ -49,26 +49,6 @@ needs_conversation_store = pytest.mark.skipif(
 )
 
 
-@pytest.mark.skipif(HAS_CONVERSATION_STORE, reason='this pydantic-ai has ConversationStore')
-@pytest.mark.parametrize(
-    'name', ['SqliteConversationStore', 'PostgresConversationStore', 'MemoryConversationStore']
-)
-def test_conversation_stores_need_pydantic_ai_2_66(name: str) -> None:
-    import pydantic_ai_context
-    import pydantic_ai_context.store
-
-    for module in (pydantic_ai_context, pydantic_ai_context.store):
-        with pytest.raises(
-            ImportError, match=rf'{name} .*needs pydantic-ai 2\.66 or later.*{pydantic_ai_version}'
-        ):
-            getattr(module, name)
-        assert name not in module.__all__
-    with pytest.raises(ImportError, match=r'needs pydantic-ai 2\.66'):
-        exec(f'from pydantic_ai_context import {name}', {})
-    with pytest.raises(ImportError, match=r'open_store .*needs pydantic-ai 2\.66'):
-        pydantic_ai_context.open_store('memory://')
-
-
 pytestmark = needs_conversation_store
 
 

@@ -2,8 +2,9 @@
 
 The session is the small context-manager contract frameworks expect (add messages, get the
 messages for the next request, read the whole log, replace it, clear it) on top of this package's
-profiles and stores. The stored log only ever grows by what was added: compaction happens in the
-view that `messages_for_request` compiles and is never written back.
+profiles and stores: a `SessionStore`, or any pydantic-ai `ConversationStore` (2.66+). The stored
+log only ever grows by what was added: compaction happens in the view that `messages_for_request`
+compiles and is never written back.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from .views import CompileContext, compile_view, conversation_view
 if TYPE_CHECKING:
     from pydantic_ai.conversation_store import ConversationStore
 
-__all__ = ('ContextSession', 'MessageInput', 'StoreSummaryCache', 'summary_index_key')
+__all__ = ('ContextSession', 'MessageInput', 'StoreSummaryCache', 'SummaryIndex', 'summary_index_key')
 
 MessageInput = ModelMessage | Mapping[str, Any]
 """What `add_message` accepts: a pydantic-ai message or an OpenAI chat-format dict."""

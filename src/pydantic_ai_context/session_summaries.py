@@ -151,6 +151,23 @@ class SummaryIndex:
     The index is a cache of a cache: a corrupt one costs summariser calls, never data. So a row
     that does not hold a JSON list of keys is logged (naming the session and the row) and treated
     as empty, and the next compile writes a good one.
+
+    Example:
+        ```python
+        import asyncio
+
+        from pydantic_ai_context.session import SummaryIndex
+        from pydantic_ai_context.store import MemoryStore
+
+
+        async def main() -> None:
+            store = MemoryStore()
+            await SummaryIndex(store, 'chat-1').save(['span-digest'])
+            assert await SummaryIndex(store, 'chat-1').load() == ['span-digest']
+
+
+        asyncio.run(main())
+        ```
     """
 
     def __init__(self, store: object, session_id: str) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreEntryMissing, StoreError
-from ._codec import MESSAGE_ADAPTER as _MESSAGE_ADAPTER  # noqa: F401  (kept for code that imported it)
 from ._compat import CONVERSATION_STORE_NAMES, HAS_CONVERSATION_STORE, require_conversation_store
 from ._sqlite_file import MIGRATIONS, SCHEMA_VERSION, Migration
 from .artifacts import Artifact, ArtifactStore

@@ -281,16 +281,6 @@ class SqliteFile:
         conn.execute('COMMIT')
         return result
 
-    def _snapshot(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
-        conn = self._conn
-        # One read transaction: everything the body reads comes from one snapshot, even while
-        # another process writes.
-        conn.execute('BEGIN')
-        try:
-            return body(conn)
-        finally:
-            conn.execute('COMMIT')
-
     async def close(self) -> None:
         """Release the store; later calls raise `StoreError`. Closing twice is harmless."""
         if self._closed:

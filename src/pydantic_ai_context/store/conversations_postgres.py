@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from pydantic_ai.conversation_store import (
     ConversationConflict,
@@ -25,6 +25,7 @@ from pydantic_ai.conversation_store import (
 from ..errors import StoreError
 from ._codec import check_id, decode_meta, encode_meta
 from ._conversations import MAX_HISTORY, Row, chain, decode_record, encode_entries, encode_record, tips
+from ._postgres_sql import COLLECT_ENTRIES, ENTRIES_LOCK, ENTRY_COLUMNS, MIGRATION_LOCK, POSTGRES_MIGRATIONS
 from .artifacts import Artifact, ArtifactStore, check_keys, check_values
 
 if TYPE_CHECKING:
@@ -32,90 +33,6 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
 __all__ = ('POSTGRES_MIGRATIONS', 'PostgresConversationStore')
-
-_SCHEMA_V1 = """
-CREATE TABLE pydantic_ai_conversations (
-    conversation_id text PRIMARY KEY,
-    revision text NOT NULL,
-    head_id text,
-    scope text,
-    updated_at timestamptz NOT NULL,
-    record text NOT NULL
-);
-CREATE INDEX pydantic_ai_conversations_by_time ON pydantic_ai_conversations (updated_at DESC);
-CREATE INDEX pydantic_ai_conversations_by_scope ON pydantic_ai_conversations (scope, updated_at DESC);
-CREATE TABLE pydantic_ai_conversation_entries (
-    entry_id text PRIMARY KEY,
-    parent_id text,
-    conversation_id text NOT NULL,
-    kind text NOT NULL,
-    message text NOT NULL
-);
-CREATE INDEX pydantic_ai_conversation_entries_by_parent ON pydantic_ai_conversation_entries (parent_id);
-CREATE INDEX pydantic_ai_conversation_entries_by_owner ON pydantic_ai_conversation_entries (conversation_id);
-CREATE TABLE pydantic_ai_conversation_tips (
-    conversation_id text NOT NULL,
-    entry_id text NOT NULL,
-    PRIMARY KEY (conversation_id, entry_id)
-);
-CREATE INDEX pydantic_ai_conversation_tips_by_entry ON pydantic_ai_conversation_tips (entry_id);
-CREATE TABLE pydantic_ai_artifacts (
-    namespace text NOT NULL,
-    key text NOT NULL,
-    value bytea NOT NULL,
-    meta text,
-    conversation_id text,
-    updated_at timestamptz NOT NULL,
-    PRIMARY KEY (namespace, key)
-);
-CREATE INDEX pydantic_ai_artifacts_by_owner ON pydantic_ai_artifacts (conversation_id);
-"""
-
-POSTGRES_MIGRATIONS: Final[tuple[str, ...]] = (_SCHEMA_V1,)
-"""SQL scripts: `POSTGRES_MIGRATIONS[n]` upgrades the tables from schema version `n` to `n + 1`.
-
-The version is kept in the table `pydantic_ai_context_schema`; all pending scripts run in one
-transaction under an advisory lock, so workers starting together migrate once.
-"""
-
-# Advisory lock keys (any fixed bigints): one serialises migrations; the other lets writers share
-# and a delete exclude them while it decides which entries no conversation reaches any more.
-_MIGRATION_LOCK: Final = 0x7061_6963_0001
-_ENTRIES_LOCK: Final = 0x7061_6963_0002
-
-_ENTRY_COLUMNS = 'entry_id, parent_id, conversation_id, kind, message'
-
-_COLLECT_ENTRIES = """
-WITH RECURSIVE
-  history(entry_id, parent_id) AS (
-    SELECT e.entry_id, e.parent_id FROM pydantic_ai_conversation_entries e
-      JOIN pydantic_ai_conversation_tips t ON t.entry_id = e.entry_id WHERE t.conversation_id = %(c)s
-    UNION
-    SELECT e.entry_id, e.parent_id FROM pydantic_ai_conversation_entries e
-      JOIN history h ON e.entry_id = h.parent_id
-  ),
-  candidates(entry_id) AS (
-    SELECT entry_id FROM pydantic_ai_conversation_entries WHERE conversation_id = %(c)s
-    UNION
-    SELECT h.entry_id FROM history h JOIN pydantic_ai_conversation_entries e ON e.entry_id = h.entry_id
-      WHERE e.conversation_id NOT IN (SELECT conversation_id FROM pydantic_ai_conversations)
-  ),
-  descendants(entry_id) AS (
-    SELECT entry_id FROM candidates
-    UNION
-    SELECT e.entry_id FROM pydantic_ai_conversation_entries e JOIN descendants d ON e.parent_id = d.entry_id
-  ),
-  needed(entry_id, parent_id) AS (
-    SELECT e.entry_id, e.parent_id FROM pydantic_ai_conversation_entries e
-      JOIN pydantic_ai_conversation_tips t ON t.entry_id = e.entry_id
-      WHERE t.conversation_id <> %(c)s AND t.entry_id IN (SELECT entry_id FROM descendants)
-    UNION
-    SELECT e.entry_id, e.parent_id FROM pydantic_ai_conversation_entries e
-      JOIN needed n ON e.entry_id = n.parent_id
-  )
-DELETE FROM pydantic_ai_conversation_entries
-WHERE entry_id IN (SELECT entry_id FROM candidates) AND entry_id NOT IN (SELECT entry_id FROM needed)
-"""
 
 
 def _import_driver() -> tuple[Any, Any]:
@@ -238,7 +155,7 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
     async def _migrate(self, conn: AsyncConnection[Any]) -> None:
         target = len(self.migrations)
         async with conn.transaction():
-            await conn.execute('SELECT pg_advisory_xact_lock(%s)', (_MIGRATION_LOCK,))
+            await conn.execute('SELECT pg_advisory_xact_lock(%s)', (MIGRATION_LOCK,))
             await conn.execute(
                 'CREATE TABLE IF NOT EXISTS pydantic_ai_context_schema (version integer NOT NULL)'
             )
@@ -346,7 +263,7 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
                     FROM pydantic_ai_conversation_entries e JOIN walk w ON e.entry_id = w.parent_id
                     WHERE w.depth < %s
                 )
-                SELECT {', '.join(f'e.{c}' for c in _ENTRY_COLUMNS.split(', '))}
+                SELECT {', '.join(f'e.{c}' for c in ENTRY_COLUMNS.split(', '))}
                 FROM walk w JOIN pydantic_ai_conversation_entries e ON e.entry_id = w.entry_id
                 ORDER BY w.depth
                 """,
@@ -376,7 +293,7 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
                 # One pipeline: every statement goes out at once and the checks are read at the end
                 # (a failed check rolls the whole transaction back), so a save costs two round trips.
                 async with conn.pipeline():
-                    await conn.execute('SELECT pg_advisory_xact_lock_shared(%s)', (_ENTRIES_LOCK,))
+                    await conn.execute('SELECT pg_advisory_xact_lock_shared(%s)', (ENTRIES_LOCK,))
                     # The revision check is the write itself: the row lock makes a concurrent writer
                     # wait, then find the revision changed and update nothing.
                     if expected_revision is None:
@@ -401,7 +318,7 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
                     if rows:
                         async with conn.cursor() as many:
                             await many.executemany(
-                                f'INSERT INTO pydantic_ai_conversation_entries ({_ENTRY_COLUMNS}) '
+                                f'INSERT INTO pydantic_ai_conversation_entries ({ENTRY_COLUMNS}) '
                                 'VALUES (%s, %s, %s, %s, %s)',
                                 rows,
                             )
@@ -439,14 +356,14 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
         check_id(conversation_id, 'conversation id')
         async with self._connection(f'deleting conversation {conversation_id!r}') as conn, conn.transaction():
             # Exclusive: no save may point a fork at an entry while this decides it is unreachable.
-            await conn.execute('SELECT pg_advisory_xact_lock(%s)', (_ENTRIES_LOCK,))
+            await conn.execute('SELECT pg_advisory_xact_lock(%s)', (ENTRIES_LOCK,))
             cursor = await conn.execute(
                 'DELETE FROM pydantic_ai_conversations WHERE conversation_id = %s AND revision = %s',
                 (conversation_id, expected_revision),
             )
             if cursor.rowcount != 1:
                 raise ConversationConflict(conversation_id)
-            await conn.execute(_COLLECT_ENTRIES, {'c': conversation_id})
+            await conn.execute(COLLECT_ENTRIES, {'c': conversation_id})
             await conn.execute(
                 'DELETE FROM pydantic_ai_conversation_tips WHERE conversation_id = %s', (conversation_id,)
             )

@@ -1,23 +1,33 @@
-"""Append and load throughput of the session stores, on sessions of 10k messages.
+"""Save and load throughput of the stores, on conversations (sessions) of 10k messages.
 
-Usage: `python bench/store_throughput.py [--messages 10000] [--batch 100]`
+Usage: `python bench/store_throughput.py [--messages 10000] [--batch 100] [--postgres-url URL]`
 
-Messages are taken, in order and repeated, from the recorded trajectories in `tests/data/trajectories`
-(about 2.5 kB of JSON each), or built synthetically when those are absent. Every SQLite store writes
-to a fresh file in a temporary directory.
+The session stores (`MemoryStore`, `SqliteStore`) append; the pydantic-ai conversation stores
+(`MemoryConversationStore`, `SqliteConversationStore`, `PostgresConversationStore`, pydantic-ai
+2.66+) `save` a `Conversation` grown by one message, or by a batch, at a time (each save checks the
+revision and appends only the new messages), and `load` reads the whole history (one recursive
+query). Messages are taken, in order and repeated, from the recorded trajectories in
+`tests/data/trajectories` (about 2.5 kB of JSON each), or built synthetically when those are
+absent. Every SQLite store writes to a fresh file in a temporary directory. PostgreSQL: the
+database at `--postgres-url`, else a throwaway server started from the PostgreSQL binaries on the
+machine (as `tests/_postgres.py` does), with `fsync=off`: the numbers measure this package and the
+round trips, not the disk.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
+import importlib.util
 import itertools
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic_ai import __version__ as pydantic_ai_version
 from pydantic_ai.messages import (
@@ -34,6 +44,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pydantic_ai_context.store import MemoryStore, SessionStore, SqliteStore
+from pydantic_ai_context.store._compat import HAS_CONVERSATION_STORE
 
 TRAJECTORIES = Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'trajectories'
 
@@ -101,12 +112,58 @@ async def measure(
     return Row(name, n / single, n / batched_s, n / min(loads), min(loads) * 1e3, size)
 
 
+async def measure_conversations(
+    name: str, make: Callable[[], Any], messages: list[ModelMessage], batch: int
+) -> Row:
+    from pydantic_ai.conversation import Conversation
+
+    async with make() as store:
+
+        async def save_every(step: int, cid: str) -> None:
+            conversation = Conversation(conversation_id=cid)
+            for start in range(0, len(messages), step):
+                conversation.messages.extend(messages[start : start + step])
+                await store.save(conversation)
+
+        n = len(messages)
+        single = await timed(lambda: save_every(1, 'single'))
+        batched_s = await timed(lambda: save_every(batch, 'batched'))
+        loads = [await timed(lambda: store.load('batched')) for _ in range(3)]
+        loaded = await store.load('single')
+        assert loaded is not None
+        assert len(loaded.messages) == n
+        path = getattr(store, 'path', None)
+    size = Path(path).stat().st_size / 1e6 if path else None
+    return Row(name, n / single, n / batched_s, n / min(loads), min(loads) * 1e3, size)
+
+
+@contextlib.contextmanager
+def postgres_url(given: str | None) -> Iterator[str]:
+    if given:
+        yield given
+        return
+    spec = importlib.util.spec_from_file_location('_postgres', TRAJECTORIES.parents[1] / '_postgres.py')
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    server = module.PostgresServer()
+    server.start()
+    try:
+        yield server.url()
+    finally:
+        server.destroy()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument('--messages', type=int, default=10_000, help='messages per session (default 10000)')
     parser.add_argument('--batch', type=int, default=100, help='messages per batched append (default 100)')
+    parser.add_argument(
+        '--postgres-url', help='a PostgreSQL database to use (default: start a throwaway server)'
+    )
     args = parser.parse_args()
 
     messages, source = sample_messages(args.messages)
@@ -119,14 +176,38 @@ async def main() -> None:
             rows.append(
                 await measure(f"SqliteStore(synchronous='{synchronous}')", make, messages, args.batch)
             )
+        if HAS_CONVERSATION_STORE:
+            from pydantic_ai_context import open_store
+
+            rows.append(
+                await measure_conversations(
+                    'MemoryConversationStore', lambda: open_store('memory://'), messages, args.batch
+                )
+            )
+            for synchronous in ('full', 'normal'):
+                url = f'sqlite:///{tmp}/conversations-{synchronous}.db?synchronous={synchronous}'
+                rows.append(
+                    await measure_conversations(
+                        f"SqliteConversationStore(synchronous='{synchronous}')",
+                        functools.partial(open_store, url),
+                        messages,
+                        args.batch,
+                    )
+                )
+            with postgres_url(args.postgres_url) as url:
+                rows.append(
+                    await measure_conversations(
+                        'PostgresConversationStore', functools.partial(open_store, url), messages, args.batch
+                    )
+                )
 
     table = Table(
-        title=f'Session store throughput: {len(messages):,} messages ({source}, {json_kb:.1f} kB JSON each), '
+        title=f'Store throughput: {len(messages):,} messages ({source}, {json_kb:.1f} kB JSON each), '
         f'pydantic-ai {pydantic_ai_version}'
     )
     table.add_column('store', no_wrap=True)
-    table.add_column('append, 1 msg/txn\nmsg/s', justify='right')
-    table.add_column(f'append, {args.batch} msg/txn\nmsg/s', justify='right')
+    table.add_column('save, 1 msg/txn\nmsg/s', justify='right')
+    table.add_column(f'save, {args.batch} msg/txn\nmsg/s', justify='right')
     table.add_column('load\nmsg/s', justify='right')
     table.add_column(f'load {len(messages):,}\nms', justify='right')
     table.add_column('file\nMB', justify='right')

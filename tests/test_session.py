@@ -34,7 +34,7 @@ from pydantic_ai_context import (
     profile,
 )
 from pydantic_ai_context.policies.summarize import InMemorySummaryCache, summarize_window
-from pydantic_ai_context.session import ContextSession, StoreSummaryCache, summary_index_key
+from pydantic_ai_context.session import ContextSession, StoreSummaryCache, SummaryIndex, summary_index_key
 
 from .builders import History, Tool
 
@@ -453,7 +453,7 @@ async def test_the_sessions_profile_keeps_the_policys_cache_as_inner() -> None:
 
 
 @pytest.mark.parametrize(
-    'obj', [ContextSession, StoreSummaryCache, ContextSession.run], ids=lambda o: o.__qualname__
+    'obj', [ContextSession, StoreSummaryCache, SummaryIndex, ContextSession.run], ids=lambda o: o.__qualname__
 )
 def test_docstring_example_runs(obj: Any) -> None:
     doc = inspect.getdoc(obj) or ''

@@ -513,8 +513,16 @@ def test_returned_appends_survive_sigkill(tmp_path: Path) -> None:
             worker.stdin.write(f'go {("full", "normal")[iteration % 2]} {out}\n')
             worker.stdin.flush()
             pid = int(worker.stdout.readline().removeprefix('pid '))
-            # The first kill is meant to land while the schema is being created; later ones mid-append.
-            time.sleep(0.002 if iteration == 0 else rng.uniform(0.01, 0.2))
+            # The first kill is meant to land while the schema is being created; later ones mid-append,
+            # at a random point once the appender is appending (under load, opening may take a while).
+            if iteration == 0:
+                time.sleep(0.002)
+            else:
+                deadline = time.monotonic() + 30
+                # 'open N' and one count: the appender's first append returned
+                while not (out.exists() and out.read_text().count('\n') >= 2) and time.monotonic() < deadline:
+                    time.sleep(0.002)
+                time.sleep(rng.uniform(0, 0.2))
             os.kill(pid, signal.SIGKILL)
             assert worker.stdout.readline() == 'reaped\n'
 
@@ -529,7 +537,7 @@ def test_returned_appends_survive_sigkill(tmp_path: Path) -> None:
         worker.wait()
         worker.stdin.close()
         worker.stdout.close()
-    assert appends_seen > 100, 'the appenders should have appended many times before being killed'
+    assert appends_seen >= 24, 'every appender but the first appended before it was killed'
     assert durable > 0
 
 

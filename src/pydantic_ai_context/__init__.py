@@ -6,6 +6,8 @@ conversation (the canonical log) stays intact for the application.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import presets as _presets  # noqa: F401  (registers the presets)
 from .budget import ContextBudget, resolve_context_window
 from .commands import CompactResult, HistoryStats, clear, compact, compact_result, history_stats
@@ -15,6 +17,7 @@ from .errors import (
     ContextSettingsError,
     ContextWarning,
     HistoryIntegrityError,
+    StoreEntryMissing,
     StoreError,
 )
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
@@ -50,11 +53,19 @@ from .policies import (
 from .profiles import ContextProfile, available_profiles, profile, register_profile
 from .session import ContextSession, StoreSummaryCache
 from .settings import ContextSettings
-from .store import MemoryStore, SessionInfo, SessionStore, SqliteStore
+from .store import Artifact, ArtifactStore, MemoryStore, SessionInfo, SessionStore, SqliteStore, open_store
+from .store._compat import CONVERSATION_STORE_NAMES, HAS_CONVERSATION_STORE, require_conversation_store
 from .tokens import HeuristicCounter, TiktokenCounter, TokenCounter
 from .views import CompileContext, Policy, RunSpan, compile_view, conversation_view, current_run, run_spans
 
-__all__ = (
+if TYPE_CHECKING or HAS_CONVERSATION_STORE:
+    from .store import MemoryConversationStore as MemoryConversationStore
+    from .store import PostgresConversationStore as PostgresConversationStore
+    from .store import SqliteConversationStore as SqliteConversationStore
+
+__all__ = [
+    'Artifact',
+    'ArtifactStore',
     'CompactResult',
     'CompactionEvent',
     'CompileContext',
@@ -86,6 +97,7 @@ __all__ = (
     'SessionInfo',
     'SessionStore',
     'SqliteStore',
+    'StoreEntryMissing',
     'StoreError',
     'StoreSummaryCache',
     'SummarizeWindow',
@@ -111,6 +123,7 @@ __all__ = (
     'measure_overhead',
     'normalize',
     'normalize_with_repairs',
+    'open_store',
     'patch_dangling_tool_calls',
     'profile',
     'register_profile',
@@ -121,6 +134,16 @@ __all__ = (
     'to_openai',
     'trim_tool_outputs',
     'validate_view',
-)
+]
+if HAS_CONVERSATION_STORE:
+    __all__ += [name for name in CONVERSATION_STORE_NAMES if name != 'POSTGRES_MIGRATIONS']
+
+
+def __getattr__(name: str) -> Any:
+    # On a pydantic-ai without ConversationStore these names raise ImportError naming the version.
+    if name in CONVERSATION_STORE_NAMES:
+        require_conversation_store(name)
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
 
 __version__ = '0.1.0'

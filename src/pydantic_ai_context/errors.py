@@ -8,6 +8,7 @@ __all__ = (
     'ContextSettingsError',
     'ContextWarning',
     'HistoryIntegrityError',
+    'StoreEntryMissing',
     'StoreError',
 )
 
@@ -88,9 +89,10 @@ class ContextWarning(UserWarning):
 
 
 class StoreError(ContextError):
-    """A session store cannot do what was asked, or found its data unreadable.
+    """A session or conversation store cannot do what was asked, or found its data unreadable.
 
-    Carries the store file, session id and row sequence number where they are known, so a repair
+    Carries the store (file or database), session or conversation id, and row (a session row's
+    sequence number, a conversation entry's id, an artifact's key) where they are known, so a repair
     tool can find the offending row.
 
     Example:
@@ -109,8 +111,30 @@ class StoreError(ContextError):
         path: str | None = None,
         session_id: str | None = None,
         seq: int | None = None,
+        conversation_id: str | None = None,
+        entry_id: str | None = None,
     ) -> None:
         super().__init__(message)
         self.path = path
+        """The store file, or the database (its URL without the password)."""
         self.session_id = session_id
         self.seq = seq
+        self.conversation_id = conversation_id
+        self.entry_id = entry_id
+
+
+class StoreEntryMissing(StoreError, LookupError):
+    """A conversation entry a history needs is not in the store.
+
+    A `LookupError`, as pydantic-ai's `ConversationStore` expects from `read_entry`: while another
+    writer deletes or rewrites the conversation, pydantic-ai reads it again; if the conversation did
+    not change, the history is broken and this error reaches the caller, naming the entry.
+
+    Example:
+        ```python
+        from pydantic_ai_context.errors import StoreEntryMissing
+
+        err = StoreEntryMissing("entry 'e2' (parent of 'e3') is missing", entry_id='e2')
+        assert isinstance(err, LookupError) and err.entry_id == 'e2'
+        ```
+    """

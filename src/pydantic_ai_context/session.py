@@ -2,8 +2,9 @@
 
 The session is the small context-manager contract frameworks expect (add messages, get the
 messages for the next request, read the whole log, replace it, clear it) on top of this package's
-profiles and stores. The stored log only ever grows by what was added: compaction happens in the
-view that `messages_for_request` compiles and is never written back.
+profiles and stores: a `SessionStore`, or any pydantic-ai `ConversationStore` (2.66+). The stored
+log only ever grows by what was added: compaction happens in the view that `messages_for_request`
+compiles and is never written back.
 """
 
 from __future__ import annotations
@@ -12,125 +13,34 @@ import asyncio
 import copy
 import dataclasses
 import inspect
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
 
+from ._session_log import SessionLog, session_log
 from .budget import ContextBudget
 from .commands import HistoryStats, history_stats
+from .errors import HistoryIntegrityError
 from .events import CompactionEvent
 from .openai_format import from_openai, to_openai
-from .policies.summarize import SummarizeWindow, SummaryCache
+from .policies.summarize import SummarizeWindow
 from .profiles import ContextProfile
 from .profiles import profile as make_profile
+from .session_summaries import StoreSummaryCache, SummaryIndex, summary_index_key
 from .store import MemoryStore, SessionStore
+from .store._codec import check_id
 from .views import CompileContext, compile_view, conversation_view
 
-__all__ = ('ContextSession', 'MessageInput', 'StoreSummaryCache', 'summary_index_key')
+if TYPE_CHECKING:
+    from pydantic_ai.conversation_store import ConversationStore
+
+__all__ = ('ContextSession', 'MessageInput', 'StoreSummaryCache', 'SummaryIndex', 'summary_index_key')
 
 MessageInput = ModelMessage | Mapping[str, Any]
 """What `add_message` accepts: a pydantic-ai message or an OpenAI chat-format dict."""
-
-SUMMARY_INDEX_PREFIX: Final = 'pydantic_ai_context/session-summaries/'
-
-
-def summary_index_key(session_id: str) -> str:
-    """The summary-cache key under which a session lists the summary keys its views use."""
-    return f'{SUMMARY_INDEX_PREFIX}{session_id}'
-
-
-class StoreSummaryCache:
-    """A `SummaryCache` backed by a `SessionStore`: sync reads from memory, writes persisted after each compile.
-
-    `SummarizeWindow` reads its cache synchronously while a store is async, so this adapter keeps
-    the summaries it knows in a dict: `preload` fills it from the store before compiling, `put`
-    records new summaries there and queues them, and `flush` writes the queue with
-    `store.put_summary`. `ContextSession` does all three for you: it preloads the summaries its
-    session used before (listed under `summary_index_key(session_id)`), and flushes after every
-    compile and run, so a resumed session finds its summaries and pays for none of them again.
-    An optional `inner` cache (the policy's own) is read on a miss and written through, so
-    summaries shared in memory between profiles stay shared.
-
-    Example:
-        ```python
-        import asyncio
-
-        from pydantic_ai_context.session import StoreSummaryCache
-        from pydantic_ai_context.store import MemoryStore
-
-
-        async def main() -> None:
-            store = MemoryStore()
-            cache = StoreSummaryCache(store)
-            cache.put('span-digest', 'The user wants a CSV export.')
-            assert await cache.flush() == ['span-digest']
-            resumed = StoreSummaryCache(store)
-            await resumed.preload(['span-digest'])
-            assert resumed.get('span-digest') == 'The user wants a CSV export.'
-
-
-        asyncio.run(main())
-        ```
-    """
-
-    def __init__(self, store: SessionStore, *, inner: SummaryCache | None = None) -> None:
-        self.store = store
-        self.inner = inner
-        self._entries: dict[str, str] = {}
-        self._pending: dict[str, str] = {}
-        self._used: dict[str, None] = {}
-
-    @property
-    def used(self) -> list[str]:
-        """Keys found or stored through this cache, in first-use order (what a resumed session needs)."""
-        return list(self._used)
-
-    def get(self, key: str) -> str | None:
-        found = self._entries.get(key)
-        if found is None and self.inner is not None:
-            found = self.inner.get(key)
-            if found is not None:
-                # Known only in memory so far: persist it, so a resume finds it too.
-                self._entries[key] = self._pending[key] = found
-        if found is not None:
-            self._used[key] = None
-        return found
-
-    def put(self, key: str, summary: str) -> None:
-        self._entries[key] = self._pending[key] = summary
-        self._used[key] = None
-        if self.inner is not None:
-            self.inner.put(key, summary)
-
-    async def preload(self, keys: Sequence[str]) -> int:
-        """Read `keys` from the store into memory (those it has); return how many were found."""
-        found = 0
-        for key in keys:
-            if key in self._entries:
-                found += 1
-                continue
-            summary = await self.store.get_summary(key)
-            if summary is not None:
-                self._entries[key] = summary
-                self._used[key] = None
-                found += 1
-        return found
-
-    async def flush(self) -> list[str]:
-        """Write the summaries stored since the last flush to the store; return their keys."""
-        written: list[str] = []
-        while self._pending:
-            key, summary = next(iter(self._pending.items()))
-            await self.store.put_summary(key, summary, meta={'source': 'pydantic_ai_context.session'})
-            # Removed only once written: a failed write is retried by the next flush.
-            if self._pending.get(key) == summary:
-                del self._pending[key]
-            written.append(key)
-        return written
 
 
 class ContextSession:
@@ -149,6 +59,15 @@ class ContextSession:
     id notice each other's appends (the store's count differs) and reload. Sessions share nothing
     but identical cached summaries: the session compiles with its own copy of the profile, whose
     summarising steps use a `StoreSummaryCache` on the session's store.
+
+    The store is a `SessionStore` (`MemoryStore`, `SqliteStore`: every pydantic-ai) or, on
+    pydantic-ai 2.66+, any pydantic-ai `ConversationStore` (`open_store(url)`: SQLite,
+    PostgreSQL, memory). On a conversation store the session id is the conversation id, a run
+    passes the stored `Conversation` (so usage accumulates across runs), appends save with the
+    conversation's revision (another writer's save makes them reload and retry; a run reloads and
+    raises `ConversationConflict`), `set_messages` and `clear` keep the history they replace as a
+    branch, and summaries are artifacts in the same database, so a session resumed on another
+    worker pays for none of them again.
 
     Example:
         ```python
@@ -181,50 +100,67 @@ class ContextSession:
         self,
         profile: ContextProfile | None = None,
         *,
-        store: SessionStore | None = None,
+        store: SessionStore | ConversationStore | None = None,
         session_id: str | None = None,
+        scope: str | None = None,
     ) -> None:
         """Start a new, empty session; use `ContextSession.open` to continue a stored one.
 
         Args:
             profile: The profile whose chain compiles the view (default: `profile()`, i.e. the
                 `PYDANTIC_AI_CONTEXT_PROFILE` preset or `transparent`). The session uses a copy.
-            store: Where the log and summaries are kept (default: a new `MemoryStore`).
-            session_id: The id in the store (default: a new random id).
+            store: Where the log and summaries are kept: a `SessionStore` or a pydantic-ai
+                `ConversationStore` (default: a new `MemoryStore`).
+            session_id: The id in the store (default: a new random id); on a conversation store,
+                the conversation id.
+            scope: On a conversation store, the owner the conversation is saved with and must
+                have (pydantic-ai's `scope=`).
+
+        Raises:
+            StoreError: If `session_id` cannot be stored (empty, or not valid Unicode text).
+            TypeError: If `store` is neither kind of store.
         """
-        self.store: SessionStore = store if store is not None else MemoryStore()
-        self.session_id: str = session_id if session_id is not None else uuid.uuid4().hex
+        self.store: SessionStore | ConversationStore = store if store is not None else MemoryStore()
+        self.session_id: str = check_id(
+            session_id if session_id is not None else uuid.uuid4().hex, 'session id'
+        )
+        self.scope = scope
+        self._stored: SessionLog = session_log(self.store, self.session_id, scope=scope)
         self._summary_caches: list[StoreSummaryCache] = []
+        self._index = SummaryIndex(self.store, self.session_id)
         self.profile: ContextProfile = self._own_profile(profile if profile is not None else make_profile())
         """The session's own copy of the profile; its summarising steps cache through the store."""
         self._log: list[ModelMessage] = []
-        self._indexed: dict[str, None] = {}
         self._lock = asyncio.Lock()
 
     @classmethod
     async def open(
-        cls, store: SessionStore, session_id: str, *, profile: ContextProfile | None = None
+        cls,
+        store: SessionStore | ConversationStore,
+        session_id: str,
+        *,
+        profile: ContextProfile | None = None,
+        scope: str | None = None,
     ) -> ContextSession:
         """The session `session_id` as it was stored (empty if the store does not know it).
 
         Loads the log and preloads the summaries its earlier views used, so compiling the same
-        log again makes no summariser call.
+        log again makes no summariser call. A corrupt summary index is logged and ignored (it
+        costs summariser calls, not data); the next compile rewrites it.
         """
-        session = cls(profile, store=store, session_id=session_id)
-        session._log = await store.load(session_id)
-        index = await store.get_summary(summary_index_key(session_id))
-        if index:
-            keys = [k for k in json.loads(index) if isinstance(k, str)]
+        session = cls(profile, store=store, session_id=session_id, scope=scope)
+        session._log = await session._stored.load()
+        if session._summary_caches:
+            keys = await session._index.load()
             for cache in session._summary_caches:
                 await cache.preload(keys)
-            session._indexed = dict.fromkeys(keys)
         return session
 
     def _own_profile(self, base: ContextProfile) -> ContextProfile:
         steps: list[Any] = []
         for step in base.steps:
-            if isinstance(step, SummarizeWindow):
-                cache = StoreSummaryCache(self.store, inner=step.cache)
+            if isinstance(step, SummarizeWindow) and self._index.persistent:
+                cache = StoreSummaryCache(self.store, inner=step.cache)  # type: ignore[arg-type]
                 self._summary_caches.append(cache)
                 step = dataclasses.replace(step, cache=cache)
             steps.append(step)
@@ -281,31 +217,26 @@ class ContextSession:
     async def add_messages(self, messages: Sequence[MessageInput]) -> None:
         """Append messages to the log in one store append (one transaction): all are stored or none."""
         async with self._lock:
-            converted = _convert(messages, self._log)
+            converted = _convert(messages, self._log, self.session_id)
             if converted:
-                await self._append_locked(converted)
+                self._log = await self._stored.append(list(self._log), converted)
 
     async def set_messages(self, messages: Sequence[MessageInput]) -> None:
-        """Replace the whole log (for resume from elsewhere, or migration), atomically in the store."""
+        """Replace the whole log (for resume from elsewhere, or migration), atomically in the store.
+
+        On a conversation store the history it replaces stays stored, as a branch of the conversation.
+        """
         async with self._lock:
-            converted = _convert(messages, [])
-            await self.store.replace(self.session_id, converted)
-            self._log = converted
+            converted = _convert(messages, [], self.session_id)
+            self._log = await self._stored.replace(converted)
 
     async def clear(self) -> None:
-        """Empty the log (the session stays in the store); cached summaries stay."""
-        async with self._lock:
-            await self.store.clear(self.session_id)
-            self._log = []
+        """Empty the log (the session stays in the store); cached summaries stay.
 
-    async def _append_locked(self, messages: list[ModelMessage]) -> None:
-        count = await self.store.append(self.session_id, messages)
-        if count == len(self._log) + len(messages):
-            self._log.extend(messages)
-        else:
-            # Someone else (another session object, another process, or a cancelled append of ours
-            # that still completed) wrote to this session: the store is the truth.
-            self._log = await self.store.load(self.session_id)
+        On a conversation store the cleared history stays stored, as a branch of the conversation.
+        """
+        async with self._lock:
+            self._log = await self._stored.clear()
 
     # --- compiling --------------------------------------------------------------------------
 
@@ -352,14 +283,7 @@ class ContextSession:
         for cache in self._summary_caches:
             await cache.flush()
             used.update(dict.fromkeys(cache.used))
-        if not used.keys() <= self._indexed.keys():
-            keys = {**self._indexed, **used}
-            await self.store.put_summary(
-                summary_index_key(self.session_id),
-                json.dumps(list(keys)),
-                meta={'kind': 'session-summary-index', 'session_id': self.session_id},
-            )
-            self._indexed = keys
+        await self._index.save(list(used))
 
     # --- running an agent -------------------------------------------------------------------
 
@@ -374,6 +298,12 @@ class ContextSession:
         run holds the session's lock (turns of one conversation do not overlap); a run that fails
         or is cancelled appends nothing (use `agent.iter` and `add_messages` to keep partial runs,
         as `examples/chat.py` does). Other keyword arguments go to `agent.run`.
+
+        On a pydantic-ai `ConversationStore` the run gets the stored `Conversation`
+        (`agent.run(prompt, conversation=...)`, so usage accumulates: set `usage_limits` with that
+        in mind) and the result is saved with `store.save(result)`. If another writer saved the
+        conversation during the run, the session reloads it and raises pydantic-ai's
+        `ConversationConflict`: run the turn again on the newer history.
 
         Example:
             ```python
@@ -405,19 +335,19 @@ class ContextSession:
         if apply_profile:
             kwargs['capabilities'] = [*(kwargs.get('capabilities') or ()), self.profile]
         async with self._lock:
-            history = list(self._log)
-            if history and isinstance(history[-1], ModelRequest):
-                # pydantic-ai resumes a trailing request in place (timestamps, run id): give it a copy.
-                history[-1] = copy.copy(history[-1])
-            result = await agent.run(prompt, message_history=history, **kwargs)
-            new = [m for m in result.new_messages() if isinstance(m, ModelRequest | ModelResponse)]
-            if new:
-                await self._append_locked(new)
+            try:
+                result, self._log = await self._stored.run(agent, prompt, list(self._log), kwargs)
+            finally:
+                # A run that lost a race reloaded the conversation: the session follows the store.
+                if (reloaded := self._stored.take_reloaded()) is not None:
+                    self._log = reloaded
             await self._persist_summaries()
             return result
 
 
-def _convert(messages: Sequence[MessageInput], log: Sequence[ModelMessage]) -> list[ModelMessage]:
+def _convert(
+    messages: Sequence[MessageInput], log: Sequence[ModelMessage], session_id: str
+) -> list[ModelMessage]:
     """Messages as new pydantic-ai objects; runs of OpenAI dicts are converted together.
 
     Tool messages may answer calls already in `log` (frameworks add tool results one at a time).
@@ -443,7 +373,14 @@ def _convert(messages: Sequence[MessageInput], log: Sequence[ModelMessage]) -> l
                 f'got {type(message).__name__}'
             )
         # A copy: the caller may keep changing its objects; the log must match what was stored.
-        out.append(copy.deepcopy(message))
+        try:
+            out.append(copy.deepcopy(message))
+        except RecursionError:
+            raise HistoryIntegrityError(
+                index,
+                f'session {session_id!r}: the message nests too deeply to copy or store (tool arguments or '
+                'content nested hundreds of levels deep); pass such arguments as a JSON string',
+            ) from None
     if dicts:
         out.extend(_from_openai_at(dicts, start, now, _call_names(log, out)))
     return out

@@ -34,6 +34,8 @@ ENV_PREFIX: Final = 'PYDANTIC_AI_CONTEXT_'
 DEFAULT_PROFILE: Final = 'transparent'
 """The preset `profile()` builds when no name is given and `PYDANTIC_AI_CONTEXT_PROFILE` is unset."""
 
+# Settings read here that are not `profile()` keyword arguments.
+_NOT_PROFILE_SETTINGS: Final = frozenset({'profile', 'store_url'})
 # Settings that are objects (a counter, callbacks) cannot come from a string.
 _NOT_FROM_ENV: Final = frozenset({'counter', 'on_event'})
 # Preset settings whose type cannot be parsed from a string, per generated settings class.
@@ -81,6 +83,9 @@ class ContextSettings(BaseSettings):
     """`PYDANTIC_AI_CONTEXT_OVERFLOW_SHRINK`: share of a rejected input a retry may send, in (0, 1)."""
     summary_model: str | None = None
     """`PYDANTIC_AI_CONTEXT_SUMMARY_MODEL`: model name for summarising policies (e.g. `openai:gpt-4o-mini`)."""
+    store_url: str | None = None
+    """`PYDANTIC_AI_CONTEXT_STORE_URL`: the store `open_store()` opens without a URL (`sqlite:///…`,
+    `postgresql://…`, `memory://`); not a profile setting."""
 
     @classmethod
     def load(cls, *, skip: Collection[str] = ()) -> ContextSettings:
@@ -114,7 +119,7 @@ class ContextSettings(BaseSettings):
 
     def overrides(self) -> dict[str, Any]:
         """The settings the environment sets (not `None`), as `profile()` keyword arguments."""
-        return {k: v for k, v in self if v is not None and k != 'profile'}
+        return {k: v for k, v in self if v is not None and k not in _NOT_PROFILE_SETTINGS}
 
     @staticmethod
     def variable(setting: str) -> str:

@@ -1,0 +1,114 @@
+"""`open_store(url)`: a ready conversation store from a URL (`sqlite:///…`, `postgresql://…`, `memory://`)."""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import TYPE_CHECKING, Any, Final
+
+from ..errors import StoreError
+from ._compat import require_conversation_store
+
+if TYPE_CHECKING:
+    from .conversations_memory import MemoryConversationStore
+    from .conversations_postgres import PostgresConversationStore
+    from .conversations_sqlite import SqliteConversationStore
+
+__all__ = ('DEFAULT_STORE_URL', 'open_store')
+
+DEFAULT_STORE_URL: Final = 'sqlite:///conversations.db'
+"""What `open_store()` opens when neither an argument nor `PYDANTIC_AI_CONTEXT_STORE_URL` names a store:
+`conversations.db` in the current directory."""
+
+_SQLITE_OPTIONS: Final = {'synchronous': str, 'timeout': float}
+
+
+def open_store(
+    url: str | None = None, **options: Any
+) -> SqliteConversationStore | PostgresConversationStore | MemoryConversationStore:
+    """The conversation store a URL names, ready to use; it connects on its first call, not here.
+
+    - `sqlite:///relative/path.db`, `sqlite:////absolute/path.db`: `SqliteConversationStore`, the
+      default for one process (query options `?synchronous=normal`, `?timeout=10`).
+    - `postgresql://user:password@host:port/db?sslmode=…` (or `postgres://`): `PostgresConversationStore`,
+      for several workers or machines; any libpq URL works, a Unix socket too (`?host=/run/postgresql`).
+    - `memory://`: `MemoryConversationStore`, gone with the process.
+
+    Without `url`, `PYDANTIC_AI_CONTEXT_STORE_URL` is used, else `DEFAULT_STORE_URL`. Keyword
+    `options` go to the store's constructor (e.g. `max_size=20` for PostgreSQL). Release the store
+    with `await store.aclose()` (or `async with open_store(...) as store:`). Raises `StoreError` for
+    a URL it does not understand, and `ImportError` on a pydantic-ai older than 2.66.
+
+    Example:
+        ```python
+        import asyncio
+        import tempfile
+
+        from pydantic_ai import Agent
+        from pydantic_ai.conversation import Conversation
+        from pydantic_ai.models.test import TestModel
+        from pydantic_ai_context import open_store
+
+
+        async def main() -> None:
+            url = f'sqlite:///{tempfile.mkdtemp()}/chat.db'  # or 'postgresql://app@db/chat', or 'memory://'
+            agent = Agent(TestModel(custom_output_text='Hi there'))
+            async with open_store(url) as store:
+                conversation = await store.load('chat-1') or Conversation(conversation_id='chat-1')
+                await store.save(await agent.run('Hello', conversation=conversation))
+                assert [r.conversation_id for r in await store.list_conversations()] == ['chat-1']
+
+
+        asyncio.run(main())
+        ```
+    """
+    require_conversation_store('open_store')
+    if url is None:
+        from ..settings import ContextSettings
+
+        url = ContextSettings.load().store_url or DEFAULT_STORE_URL
+    if not isinstance(url, str):
+        raise StoreError(f'a store URL must be a str, got {type(url).__name__}')
+    scheme = url.partition(':')[0].lower()
+    if scheme == 'memory':
+        from .conversations_memory import MemoryConversationStore
+
+        if url.rstrip('/') != 'memory:' or options:
+            raise StoreError(f"a memory store takes no path or options: use 'memory://', got {url!r}")
+        return MemoryConversationStore()
+    if scheme == 'sqlite':
+        from .conversations_sqlite import SqliteConversationStore
+
+        path, sqlite_options = _sqlite_url(url)
+        return SqliteConversationStore(path, **{**sqlite_options, **options})
+    if scheme in ('postgresql', 'postgres'):
+        from .conversations_postgres import PostgresConversationStore
+
+        return PostgresConversationStore(url, **options)
+    shown = url.split('@')[-1] if '@' in url else url  # never echo a password
+    raise StoreError(
+        f"unknown store URL {shown!r}: use 'sqlite:///path.db', 'postgresql://user@host/db' or 'memory://'"
+    )
+
+
+def _sqlite_url(url: str) -> tuple[str, dict[str, Any]]:
+    parts = urllib.parse.urlsplit(url)
+    if parts.netloc:
+        raise StoreError(
+            f'SQLite URL {url!r} names a host ({parts.netloc!r}); write sqlite:///relative.db or sqlite:////abs/path.db'
+        )
+    path = urllib.parse.unquote(parts.path)
+    # sqlite:///x.db is relative (path '/x.db' after the empty host); sqlite:////x.db is absolute.
+    path = path[1:] if path.startswith('/') else path
+    if not path or path == ':memory:':
+        raise StoreError(f"SQLite URL {url!r} names no file; for an in-memory store use 'memory://'")
+    options: dict[str, Any] = {}
+    for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
+        if name not in _SQLITE_OPTIONS:
+            raise StoreError(
+                f'SQLite URL {url!r}: unknown option {name!r} (known: {", ".join(_SQLITE_OPTIONS)})'
+            )
+        try:
+            options[name] = _SQLITE_OPTIONS[name](value)
+        except ValueError as e:
+            raise StoreError(f'SQLite URL {url!r}: option {name}={value!r} is invalid: {e}') from e
+    return path, options

@@ -31,6 +31,7 @@ from .integrity import (
 )
 from .openai_format import from_openai, to_openai
 from .policies import (
+    CheckBudget,
     DedupeReads,
     FitToBudget,
     InMemorySummaryCache,
@@ -39,6 +40,7 @@ from .policies import (
     SummarizeWindow,
     SummaryCache,
     TrimToolOutputs,
+    check_budget,
     dedupe_reads,
     fit_to_budget,
     isolate_boundaries,
@@ -54,6 +56,7 @@ from .tokens import HeuristicCounter, TiktokenCounter, TokenCounter
 from .views import CompileContext, Policy, RunSpan, compile_view, conversation_view, current_run, run_spans
 
 __all__ = (
+    'CheckBudget',
     'CompactResult',
     'CompactionEvent',
     'CompileContext',
@@ -94,6 +97,7 @@ __all__ = (
     'TrimToolOutputs',
     'analyze_pairs',
     'available_profiles',
+    'check_budget',
     'clear',
     'compact',
     'compact_result',

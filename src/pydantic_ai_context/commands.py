@@ -265,7 +265,8 @@ class HistoryStats:
             line += f' ({self.share:.0%} of {self.limit:,} usable)'
         lines = [line]
         lines += [
-            f'  {t.tool_name}: {_count(t.tokens, "token")} in {_count(t.count, "result")}' for t in self.largest
+            f'  {t.tool_name}: {_count(t.tokens, "token")} in {_count(t.count, "result")}'
+            for t in self.largest
         ]
         return '\n'.join(lines)
 

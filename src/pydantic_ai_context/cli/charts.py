@@ -234,11 +234,12 @@ def nice(value: float) -> float:
 
 
 def short(tokens: float) -> str:
+    """`83.6k`, `2.5k`, `1.25M`: three significant digits at most."""
     if tokens >= 1_000_000:
-        return f'{tokens / 1_000_000:g}M'
+        return f'{tokens / 1_000_000:.3g}M'
     if tokens >= 1_000:
-        return f'{tokens / 1_000:g}k'
-    return f'{tokens:g}'
+        return f'{tokens / 1_000:.3g}k'
+    return f'{tokens:.3g}'
 
 
 def _write_png(

@@ -40,7 +40,7 @@ class CheckBudget(SyncPolicy):
         from pydantic_ai_context.views import CompileContext
 
         log = [ModelRequest(parts=[UserPromptPart('word ' * 5_000)])]
-        context = CompileContext(counter=HeuristicCounter(), budget=ContextBudget(context_window=4_000))
+        context = CompileContext(counter=HeuristicCounter(), budget=ContextBudget(context_window=4_000, reserved_output=500))
         try:
             check_budget().apply(log, context)
         except ContextBudgetExceeded as exc:

@@ -304,6 +304,8 @@ def test_a_profile_that_raises_is_a_failure_in_the_table_the_json_and_the_exit_c
     results = {r['profile']: r for r in document['histories'][0]['results']}
     assert results['none']['failed'] is False
     assert results['none']['cost_ratio'] == 1.0
+    assert results['none']['errors'] == 0  # the baseline checks no window: it just counts
+    assert results['none']['requests_over_window'] == 51
     for name in ('coding', 'transparent'):
         assert results[name]['failed'] is True
         assert results[name]['errors'] == 51

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import warnings
 from typing import Any
@@ -442,8 +443,12 @@ def test_an_event_handler_must_be_callable() -> None:
 
 
 def long_tool_model() -> FunctionModel:
+    # Counts its own calls: on pydantic-ai 1.x the compacted view replaces the run's history, so the
+    # responses in `messages` are not a turn counter there.
+    calls = itertools.count()
+
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        turn = sum(isinstance(m, ModelResponse) for m in messages)
+        turn = next(calls)
         if turn < 12:
             return ModelResponse(
                 parts=[ToolCallPart('read', {'path': f'src/f{turn}.py'}, tool_call_id=f't{turn}')]

@@ -489,3 +489,19 @@ async def test_run_events_on_the_users_profile_after_a_session_run() -> None:
     assert p.run_events() == session.profile.run_events()
     ids = [e.compile_id for e in p.events]
     assert ids == sorted(ids)
+
+
+async def test_a_tracer_that_raises_never_breaks_a_compile(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_tracing, '_failed_once', False)  # the first failure logs its traceback
+
+    class BrokenTracer:
+        def start_span(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError('exporter down')
+
+    p = ContextProfile(name='mine', steps=(blank_old_results,), counter=HeuristicCounter())
+    log = [*log_with_tools(), ModelRequest(parts=[UserPromptPart('and now?')])]
+    view = await p.compile(log, run_context(BrokenTracer()))
+    assert view != log  # compacted, and returned
+    assert any('compact_messages span failed' in r.getMessage() for r in caplog.records)

@@ -6,23 +6,25 @@ asked to deploy (press Ctrl-C during it: the unanswered call gets a synthetic re
 chat goes on). Set `PYDANTIC_AI_CONTEXT_MODEL=openai:gpt-4o` (or any model name pydantic-ai
 knows) to chat with a real model.
 
-Commands: `/compact [focus]`, `/clear`, `/history`, `/sessions`, `/resume ID`, `/quit`. Lines are
+Commands: `/compact [focus]`, `/clear`, `/history`, `/sessions`, `/resume ID`, `/quit`; any other
+line starting with `/` lists them (start a message with `//` to send it with one `/`). Lines are
 read from stdin, so it also runs non-interactively: `printf 'hello\\n/history\\n' | python examples/chat.py`.
 
 The conversation lives in a `ContextSession`. Without options it is kept in memory; with
 `--session ID` (and `--db PATH`, default `.chat-sessions.db`) it is kept in a SQLite file and
 resumed when you start the chat again with the same id. `/sessions` lists the stored sessions and
-`/resume ID` switches to one.
+`/resume ID` switches to one (an id the store does not know is created only if you say so).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import inspect
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pydantic_ai import Agent
@@ -43,6 +45,12 @@ from pydantic_ai_context.policies.summarize import summarize_window
 from pydantic_ai_context.session import ContextSession
 
 CONTEXT_WINDOW = 32_000
+COMMANDS = '/compact [focus], /clear, /history, /sessions, /resume ID, /quit'
+
+
+def plural(n: int, noun: str) -> str:
+    """`1 user turn`, `2 user turns`."""
+    return f'{n} {noun}' if n == 1 else f'{n} {noun}s'
 
 
 def fake_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -53,7 +61,7 @@ def fake_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     if prompts and '<transcript>' in prompts[-1]:
         turns = prompts[-1].count('\nuser: ') + prompts[-1].startswith('user: ')
         return ModelResponse(
-            parts=[TextPart(f'Summary: {turns} user turns so far; the user chats about logs.')]
+            parts=[TextPart(f'Summary: {plural(turns, "user turn")} so far; the user chats about logs.')]
         )
     if results:
         lines = len(str(results[0].content).splitlines())
@@ -91,7 +99,10 @@ def build_agent() -> tuple[Agent[None, str], Any]:
     @agent.tool_plain
     async def deploy(env: str) -> str:
         """Deploy the application (slow)."""
-        print(f'deploying to {env}... (Ctrl-C to interrupt)', flush=True)
+        # Announced from the event loop once this coroutine is parked in the wait: by the time the
+        # line is out, Ctrl-C (or a test's SIGINT) interrupts the wait itself.
+        announce = functools.partial(print, f'deploying to {env}... (Ctrl-C to interrupt)', flush=True)
+        asyncio.get_running_loop().call_soon(announce)
         await asyncio.sleep(float(os.environ.get('CHAT_DEPLOY_SECONDS', '20')))
         return f'deployed to {env}'
 
@@ -144,10 +155,33 @@ def list_sessions(store: SessionStore, current: str) -> str:
     if not infos:
         return 'no stored sessions'
     return '\n'.join(
-        f'{"*" if i.session_id == current else " "} {i.session_id}: {i.message_count} messages, '
+        f'{"*" if i.session_id == current else " "} {i.session_id}: {plural(i.message_count, "message")}, '
         f'updated {i.updated_at:%Y-%m-%d %H:%M:%S} UTC'
         for i in infos
     )
+
+
+def stored_ids(store: SessionStore) -> list[str]:
+    return [i.session_id for i in asyncio.run(store.sessions())]
+
+
+def resume(
+    store: SessionStore, session: ContextSession, session_id: str, lines: Iterator[str]
+) -> ContextSession:
+    """`/resume ID`: switch to a stored session; an unknown id is created only when the user says yes."""
+    known = stored_ids(store)
+    if session_id != session.session_id and session_id not in known:
+        stored = f' (stored: {", ".join(known)})' if known else ''
+        print(f'no stored session {session_id!r}{stored}. Create it? [y/N]', flush=True)
+        answer = next(lines, '').strip().lower()
+        if answer not in {'y', 'yes'}:
+            print(f'staying in session {session.session_id}', flush=True)
+            return session
+        print(f'new session {session_id}', flush=True)
+        return asyncio.run(ContextSession.open(store, session_id))
+    resumed = asyncio.run(ContextSession.open(store, session_id))
+    print(f'resumed {session_id} ({plural(len(resumed), "message")})', flush=True)
+    return resumed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -160,31 +194,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.session is not None
         else ContextSession(store=store)
     )
-    print('chat: /compact [focus], /clear, /history, /sessions, /resume ID, /quit', flush=True)
+    print(f'chat: {COMMANDS}', flush=True)
     if args.session is not None:
-        print(f'session {session.session_id} ({len(session)} messages)', flush=True)
-    for raw in sys.stdin:
-        line = raw.strip()
+        print(f'session {session.session_id} ({plural(len(session), "message")})', flush=True)
+    lines = (raw.strip() for raw in sys.stdin)
+    for line in lines:
         if not line:
             continue
-        if line in {'/quit', '/exit'}:
+        command, _, argument = line.partition(' ')
+        argument = argument.strip()
+        if line.startswith('//'):
+            command, line = '', line[1:]  # a message that starts with '/'
+        if command in {'/quit', '/exit'}:
             break
-        if line == '/clear':
+        if command == '/clear':
             asyncio.run(session.clear())
             print('history cleared', flush=True)
-        elif line == '/history':
+        elif command == '/history':
             print(session.stats(budget=budget), flush=True)
-        elif line == '/sessions':
+        elif command == '/sessions':
             print(list_sessions(store, session.session_id), flush=True)
-        elif line.startswith('/resume'):
-            session_id = line[len('/resume') :].strip()
-            if not session_id:
+        elif command == '/resume':
+            if not argument:
                 print('usage: /resume ID', flush=True)
                 continue
-            session = asyncio.run(ContextSession.open(store, session_id))
-            print(f'resumed {session_id} ({len(session)} messages)', flush=True)
-        elif line.startswith('/compact'):
-            focus = line[len('/compact') :].strip() or None
+            session = resume(store, session, argument, lines)
+        elif command == '/compact':
+            focus = argument or None
             result = asyncio.run(compact_result(session.messages(), model=model, focus=focus))
             if result.compacted:
                 # An explicit /compact is the one place the stored log itself is replaced.
@@ -192,6 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f'compacted: {result.tokens_before:,} -> {result.tokens_after:,} tokens', flush=True)
             else:
                 print(f'not compacted: {result.reason}', flush=True)
+        elif command.startswith('/'):
+            # A typo must not reach the model as a message.
+            print(f'unknown command {command}; commands: {COMMANDS}', flush=True)
         else:
             history = session.messages()
             new: list[ModelMessage] = []

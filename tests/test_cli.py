@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ToolReturnPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    ToolReturnPart,
+)
 
 from pydantic_ai_context import ContextProfile, _parts, profiles
 from pydantic_ai_context.cli import align, main
@@ -109,7 +115,9 @@ def test_replay_through_the_module_entry_point(tmp_path: Path) -> None:
     assert '51 requests' in proc.stdout
 
     document = json.loads(out_json.read_text())
-    assert document['schema'] == 'pydantic-ai-context/replay/1'
+    assert document['schema'] == 'pydantic-ai-context/replay/2'
+    assert document['ok'] is True
+    assert document['context_window_source'] == 'default'
     assert document['profiles'] == ['none', 'transparent']
     assert document['context_window'] == 128_000
     (entry,) = document['histories']
@@ -241,7 +249,7 @@ def test_inspect_shows_log_view_policies_and_gauge(
     assert 'changed: masked' in printed
     assert 'blank_old_results' in printed  # the policy table
     assert '/ 20,000 tokens' in printed  # the gauge
-    assert 'window: explicit' in printed
+    assert 'window: 20,000 (from --window)' in printed
 
 
 def test_inspect_at_a_request_of_the_real_trajectory(capsys: pytest.CaptureFixture[str]) -> None:
@@ -264,3 +272,220 @@ def test_align_pairs_changed_dropped_and_inserted_messages() -> None:
     assert statuses[:4] == ['kept', 'summarised', 'summarised', 'inserted']
     statuses = [r.status for r in align(log, [view[0], *view[3:]])]
     assert statuses[:3] == ['kept', 'dropped', 'dropped']
+
+
+# --- failures are failures ----------------------------------------------------------------------
+
+
+def test_a_profile_that_raises_is_a_failure_in_the_table_the_json_and_the_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_json = tmp_path / 'out.json'
+    out_html = tmp_path / 'chart.html'
+    code = main(
+        [
+            *('replay', str(REAL), '-p', 'coding', '-p', 'transparent', '--window', '500'),
+            *('--json', str(out_json), '--plot', str(out_html)),
+        ]
+    )
+    assert code == 1
+    captured = capsys.readouterr()
+    rows = {line.split('│')[1].strip(): line for line in captured.out.splitlines() if line.startswith('│')}
+    for name in ('coding', 'transparent'):
+        assert '51 of 51' in rows[name]
+        assert 'failed' in rows[name]
+        assert '1.000' not in rows[name], 'a failed profile is not compared with none'
+        assert '100.0%' not in rows[name]
+    assert 'transparent failed on 51 of 51 requests' in captured.out
+    assert 'coding, transparent failed' in captured.err
+    # The outputs are still written, and say the same.
+    document = json.loads(out_json.read_text())
+    assert document['ok'] is False
+    results = {r['profile']: r for r in document['histories'][0]['results']}
+    assert results['none']['failed'] is False
+    assert results['none']['cost_ratio'] == 1.0
+    assert results['none']['errors'] == 0  # the baseline checks no window: it just counts
+    assert results['none']['requests_over_window'] == 51
+    for name in ('coding', 'transparent'):
+        assert results[name]['failed'] is True
+        assert results[name]['errors'] == 51
+        assert results[name]['cost_ratio'] is None
+        assert results[name]['first_error']['request'] == 1
+        assert 'budget allows' in results[name]['first_error']['message']
+    summary = {row['profile']: row for row in document['summary']}
+    assert summary['coding']['failed'] is True
+    assert summary['coding']['cost_ratio'] is None
+    assert summary['coding']['fact_retention'] is None
+    assert 'coding (failed)' in out_html.read_text()
+
+
+def test_a_partly_failing_profile_fails_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Small requests fit, the last does not: the run would have stopped there.
+    log = (
+        History()
+        .user('go')
+        .step(Tool('ls', {}, 'a.py'))
+        .step(Tool('cat', {'path': 'big.txt'}, long_text(600)))
+        .answer('done')
+        .build()
+    )
+    path = write_log(tmp_path / 'run.json', log)
+    assert main(['replay', str(path), '-p', 'transparent', '--window', '4000']) == 1
+    assert '1 of 3' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('option', ['--json', '--plot'])
+def test_an_output_folder_that_does_not_exist_fails_before_the_replay(
+    option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pydantic_ai_context.cli import replay as replay_command
+
+    def no_replay(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError('the replay must not start')
+
+    monkeypatch.setattr(replay_command, '_replay_all', no_replay)
+    target = tmp_path / 'missing' / 'out.html'
+    assert main(['replay', str(REAL), '-p', 'transparent', option, str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f'{option} {target}' in err
+    assert 'does not exist' in err
+    folder = tmp_path / 'out.html'
+    folder.mkdir()
+    assert main(['replay', str(REAL), '-p', 'transparent', option, str(folder)]) == 2
+    assert 'is a folder' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ('content', 'problem'),
+    [
+        ('[]', 'holds no messages'),
+        ('[[]]', 'history 0 holds no messages'),
+        ('response-only', 'holds only model responses'),
+        ('request-only', 'records no model response'),
+    ],
+)
+def test_a_history_with_nothing_to_replay_is_an_error_not_a_table_of_zeros(
+    content: str, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / 'odd.json'
+    if content == 'response-only':
+        write_log(path, [m for m in small_log() if isinstance(m, ModelResponse)])
+    elif content == 'request-only':
+        write_log(path, small_log()[:1])
+    else:
+        path.write_text(content)
+    assert main(['replay', str(path), '-p', 'transparent']) == 1
+    captured = capsys.readouterr()
+    assert problem in captured.err
+    assert str(path) in captured.err
+    assert 'input tokens' not in captured.out
+
+
+def test_inspect_rejects_an_empty_or_response_only_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / 'odd.json'
+    path.write_text('[[]]')
+    assert main(['inspect', str(path)]) == 1
+    write_log(path, [m for m in small_log() if isinstance(m, ModelResponse)])
+    assert main(['inspect', str(path)]) == 1
+    assert 'holds only model responses' in capsys.readouterr().err
+    write_log(path, small_log()[:1])  # one request, no response yet: request 1 of 1
+    assert main(['inspect', str(path)]) == 0
+
+
+def test_an_invalid_preset_setting_from_the_environment_exits_2_naming_it() -> None:
+    proc = run_module('replay', str(REAL), '-p', 'coding', env={'PYDANTIC_AI_CONTEXT_KEEP_RECENT': '-3'})
+    assert proc.returncode == 2, proc.stderr
+    assert "PYDANTIC_AI_CONTEXT_KEEP_RECENT='-3'" in proc.stderr
+    assert 'Traceback' not in proc.stderr
+
+
+# --- inspect defaults -----------------------------------------------------------------------------
+
+
+def test_inspect_defaults_to_coding_and_labels_the_default_window(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert main(['inspect', str(REAL)]) == 0
+    printed = ' '.join(capsys.readouterr().out.split())
+    assert 'profile coding' in printed
+    assert 'window: 128,000 (the default; pass --window N)' in printed
+    assert 'explicit' not in printed
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_PROFILE', 'transparent')
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW', '64000')
+    assert main(['inspect', str(REAL)]) == 0
+    printed = ' '.join(capsys.readouterr().out.split())
+    assert 'profile transparent' in printed
+    assert 'window: 64,000 (from PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW)' in printed
+
+
+def test_inspect_shows_the_text_that_replaced_compacted_content(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(['inspect', str(REAL), '--window', '32000']) == 0
+    printed = capsys.readouterr().out
+    section = printed[printed.index('What the model sees instead') : printed.index('What each policy did')]
+    assert '[output masked] error, exit 1' in section  # a masked result's digest, facts included
+    assert "AttributeError: 'MockConnection' object has no attribute" in section
+    assert 'more characters)' in section  # a long run digest is cut, with the rest counted
+
+
+# --- the chart ------------------------------------------------------------------------------------
+
+
+def svg_root(page: str, k: int = 0) -> ET.Element:
+    start = -1
+    for _ in range(k + 1):
+        start = page.index('<svg', start + 1)
+    return ET.fromstring(page[start : page.index('</svg>', start) + len('</svg>')])
+
+
+def svg_texts(root: ET.Element) -> list[str]:
+    return [t.text or '' for t in root.iter('{http://www.w3.org/2000/svg}text')]
+
+
+def test_chart_labels_axes_and_window_names_files_briefly_and_summarises(tmp_path: Path) -> None:
+    (tmp_path / 'deep' / 'folder').mkdir(parents=True)
+    first = write_log(tmp_path / 'deep' / 'folder' / 'first.json', small_log())
+    second = write_log(tmp_path / 'deep' / 'folder' / 'second.json', small_log())
+    page_path = tmp_path / 'chart.html'
+    args = [
+        'replay',
+        str(first),
+        str(second),
+        '-p',
+        'test_masking',
+        '--window',
+        '50000',
+        '--plot',
+        str(page_path),
+    ]
+    assert main(args) == 0
+    page = page_path.read_text()
+    texts = svg_texts(svg_root(page))
+    assert 'view tokens (input of each request)' in texts
+    assert 'request' in texts
+    assert 'window 50k' in texts
+    assert '<h2 title="' in page
+    assert '>first.json</h2>' in page
+    assert '>second.json</h2>' in page
+    assert '<h2>All files</h2>' in page  # the summary the terminal prints
+    assert page.count('<svg') == 2
+    clip_ids = [
+        c.get('id') for k in range(2) for c in svg_root(page, k).iter('{http://www.w3.org/2000/svg}clipPath')
+    ]
+    assert clip_ids == ['plot-0', 'plot-1']  # unique in the page
+
+
+def test_chart_keeps_profiles_readable_when_none_is_far_above_them() -> None:
+    from pydantic_ai_context.cli import charts
+
+    values = {'none': [1_000 * i for i in range(1, 101)], 'coding': [5_000] * 100}
+    y_max, clipped = charts.y_scale(values, window=8_000)
+    assert clipped
+    assert y_max <= 10_000  # the profiles and the window fill the chart, not 5% of it
+    root = ET.fromstring(charts.svg(values, window=8_000))
+    assert any('none (off scale, peak 100k)' in t for t in svg_texts(root))
+    # Close together: nothing is clipped.
+    y_max, clipped = charts.y_scale({'none': [9_000], 'coding': [5_000]}, window=8_000)
+    assert not clipped
+    assert y_max >= 9_000

@@ -127,6 +127,17 @@ def test_history_stats() -> None:
     assert stats.largest[0].tokens > stats.largest[1].tokens
     assert 'read_file' in str(stats)
     assert 'user turns' in str(stats)
+    assert ' 1 result' in str(stats)
+    assert ' 1 results' not in str(stats)
+
+
+def test_history_stats_reads_like_english() -> None:
+    one = History().user('hi').step(Tool('ls', {}, 'a.py')).answer('done').build()
+    text = str(history_stats(one, counter=HeuristicCounter()))
+    assert text.startswith('4 messages, 1 user turn, 1 tool call, ')
+    assert str(history_stats([], counter=HeuristicCounter())).startswith(
+        '0 messages, 0 user turns, 0 tool calls, 0 tokens'
+    )
     assert history_stats([], counter=HeuristicCounter()).share is None
 
 

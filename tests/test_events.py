@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import logging
 import warnings
 from typing import Any
 
@@ -21,13 +23,21 @@ from pydantic_ai.messages import (
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RequestUsage, RunUsage
 
-from pydantic_ai_context import CompileContext, ContextProfile, HeuristicCounter, _tracing
+from pydantic_ai_context import (
+    CompileContext,
+    ContextProfile,
+    ContextSession,
+    HeuristicCounter,
+    _tracing,
+    profile,
+)
 from pydantic_ai_context.events import CompactionEvent, ContextUsageEvent
 
 from .builders import History, Tool
@@ -296,3 +306,202 @@ async def test_agent_run_records_compact_messages_spans_on_the_run_tracer() -> N
     usage = [e for e in seen if isinstance(e, ContextUsageEvent)]
     assert len(usage) == 4  # one reading per model request
     assert [u.compile_id for u in usage] == sorted(u.compile_id for u in usage)
+
+
+# --- observers never break a run ---------------------------------------------------------------
+
+
+def agent_with(p: ContextProfile, *, path: str) -> Agent[None, str]:
+    """An agent on `tool_model()` with `p` applied through the capability or the history processors."""
+    if path == 'capability':
+        agent: Agent[None, str] = Agent(tool_model(), capabilities=[p])
+    elif PAI_MAJOR >= 2:
+        agent = Agent(tool_model(), capabilities=[p.process_history()])
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            agent = Agent(tool_model(), history_processors=p.history_processors)
+
+    @agent.tool_plain
+    def read(path: str) -> str:
+        return f'contents of {path} ' * 20
+
+    return agent
+
+
+def handler_errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [
+        r for r in caplog.records if r.name == 'pydantic_ai_context.profiles' and r.levelno >= logging.ERROR
+    ]
+
+
+@pytest.mark.parametrize('path', ['capability', 'history_processors'])
+async def test_a_raising_handler_is_logged_once_and_the_run_goes_on(
+    path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The mistake the getting-started page used to make: `policy` exists on compaction events only.
+    printed: list[str] = []
+    p = profile(
+        'transparent', counter=HeuristicCounter(), on_event=lambda e: printed.append(f'{e.policy} {e.reason}')
+    )
+    caplog.set_level(logging.DEBUG, logger='pydantic_ai_context.profiles')
+    result = await agent_with(p, path=path).run('read three files')
+    assert result.output == 'done'
+    assert p.last_usage is not None
+    assert p.last_usage.compile_id == 4
+    errors = handler_errors(caplog)
+    assert len(errors) == 1, 'logged once per handler, not once per request'
+    assert '<lambda>' in errors[0].getMessage()
+    assert 'transparent' in errors[0].getMessage()
+    assert errors[0].exc_info is not None
+    assert errors[0].exc_info[0] is AttributeError
+    repeats = [r for r in caplog.records if r.levelno == logging.DEBUG and 'raised again' in r.getMessage()]
+    assert len(repeats) == 3
+
+
+async def test_every_raising_handler_is_logged_by_name_and_the_others_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[Any] = []
+
+    def broken_sync(event: Any) -> None:
+        raise RuntimeError('boom')
+
+    async def broken_async(event: Any) -> None:
+        raise ValueError('async boom')
+
+    p = ContextProfile(
+        name='mine',
+        steps=(blank_old_results,),
+        counter=HeuristicCounter(),
+        event_handlers=[broken_sync, broken_async, seen.append],
+    )
+    result = await agent_with(p, path='capability').run('read three files')
+    assert result.output == 'done'
+    assert sum(isinstance(e, ContextUsageEvent) for e in seen) == 4  # the healthy handler saw everything
+    assert any(isinstance(e, CompactionEvent) for e in seen)
+    messages = [r.getMessage() for r in handler_errors(caplog)]
+    assert len(messages) == 2
+    assert any('broken_sync' in m for m in messages)
+    assert any('broken_async' in m for m in messages)
+
+
+async def test_a_session_compile_survives_a_raising_handler(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(event: Any) -> None:
+        raise RuntimeError('boom')
+
+    p = ContextProfile(
+        name='mine', steps=(blank_old_results,), counter=HeuristicCounter(), event_handlers=[broken]
+    )
+    session = ContextSession(p)
+    await session.add_messages([*log_with_tools(), ModelRequest(parts=[UserPromptPart('and now?')])])
+    view = await session.messages_for_request()
+    assert view
+    assert len(handler_errors(caplog)) == 1
+
+
+@pytest.mark.parametrize('path', ['capability', 'history_processors'])
+async def test_on_compaction_and_on_usage_receive_one_kind_each(
+    path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    compactions: list[str] = []
+    gauges: list[float] = []
+    p = profile(
+        'coding',
+        context_window=2_000,
+        keep_recent=1,
+        step=1,
+        counter=HeuristicCounter(),
+        on_compaction=lambda e: compactions.append(e.policy),  # `policy` is safe here
+        on_usage=lambda e: gauges.append(e.fraction),  # and `fraction` here
+    )
+    result = await agent_with(p, path=path).run('read three files')
+    assert result.output == 'done'
+    assert len(gauges) == 4
+    assert all(0 < g < 1 for g in gauges)
+    assert compactions
+    assert set(compactions) <= {
+        'normalize',
+        'isolate_boundaries',
+        'dedupe_reads',
+        'trim_tool_outputs',
+        'mask_observations',
+        'fit_to_budget',
+    }
+    assert not handler_errors(caplog)
+    # `replace` keeps them (they are ordinary handlers now).
+    again = p.replace(keep_recent=2)
+    assert len(again.event_handlers) == 2
+
+
+def test_an_event_handler_must_be_callable() -> None:
+    with pytest.raises(TypeError, match='must be callable'):
+        profile('transparent', on_usage=['not a function'])
+
+
+# --- run_events after a real run ----------------------------------------------------------------
+
+
+def long_tool_model() -> FunctionModel:
+    # Counts its own calls: on pydantic-ai 1.x the compacted view replaces the run's history, so the
+    # responses in `messages` are not a turn counter there.
+    calls = itertools.count()
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        turn = next(calls)
+        if turn < 12:
+            return ModelResponse(
+                parts=[ToolCallPart('read', {'path': f'src/f{turn}.py'}, tool_call_id=f't{turn}')]
+            )
+        return ModelResponse(parts=[TextPart('done')])
+
+    return FunctionModel(respond)
+
+
+def add_read(agent: Agent[None, str]) -> None:
+    @agent.tool_plain
+    def read(path: str) -> str:
+        return f'contents of {path}\n' * 60
+
+
+async def test_run_events_after_an_agent_run_with_compactions() -> None:
+    p = profile('coding', context_window=4_000, counter=HeuristicCounter())
+    agent: Agent[None, str] = Agent(long_tool_model(), capabilities=[p])
+    add_read(agent)
+    result = await agent.run('read the files')
+    events = p.run_events()
+    assert events, 'the run compacted, so its events are there'
+    assert {e.policy for e in events} >= {'mask_observations'}
+    assert len({e.run_id for e in events}) == 1
+    if PAI_MAJOR >= 2:
+        assert events[0].run_id == result.run_id
+        assert p.run_events(result.run_id) == events
+
+
+async def test_run_events_on_the_users_profile_after_a_session_run() -> None:
+    # A session compiles with its own copy of the profile; the user's profile still records the run.
+    p = profile('coding', context_window=4_000, counter=HeuristicCounter())
+    session = ContextSession(p)
+    agent: Agent[None, str] = Agent(long_tool_model())
+    add_read(agent)
+    await session.run(agent, 'read the files')
+    assert p.run_events(), 'the profile the user passed shows what its session did'
+    assert p.run_events() == session.profile.run_events()
+    ids = [e.compile_id for e in p.events]
+    assert ids == sorted(ids)
+
+
+async def test_a_tracer_that_raises_never_breaks_a_compile(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_tracing, '_failed_once', False)  # the first failure logs its traceback
+
+    class BrokenTracer:
+        def start_span(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError('exporter down')
+
+    p = ContextProfile(name='mine', steps=(blank_old_results,), counter=HeuristicCounter())
+    log = [*log_with_tools(), ModelRequest(parts=[UserPromptPart('and now?')])]
+    view = await p.compile(log, run_context(BrokenTracer()))
+    assert view != log  # compacted, and returned
+    assert any('compact_messages span failed' in r.getMessage() for r in caplog.records)

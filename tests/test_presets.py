@@ -293,3 +293,37 @@ async def test_coding_collapses_a_finished_run_in_the_next_agent_run() -> None:
     )
     if PYDANTIC_AI_MAJOR >= 2:
         assert len(second.all_messages()) > len(view)  # the log keeps the first run's trace
+
+
+# --- transparent and the window ------------------------------------------------------------------
+
+
+async def test_transparent_raises_over_an_explicit_window_like_every_preset() -> None:
+    log = History().user('go').step(Tool('cat', {'path': 'big.txt'}, 'word ' * 20_000)).build()
+    for name in ['transparent', *PRESETS]:
+        p = make(name, window=128_000)
+        assert len(await p.compile(log)) == len(log)  # fits: nothing to do
+    with pytest.raises(ContextBudgetExceeded) as info:
+        await profile('transparent', context_window=8_000, counter=HeuristicCounter()).compile(log)
+    assert info.value.policy == 'check_budget'
+    assert 'does not compact' in str(info.value)
+
+
+async def test_transparent_in_an_agent_run_raises_instead_of_sending_an_oversized_request() -> None:
+    received: list[list[ModelMessage]] = []
+    p = make('transparent', window=4_000)
+    agent = reading_agent(scripted(received, 20), p, lines=80)
+    with pytest.raises(ContextBudgetExceeded):
+        await agent.run('read every file')
+    assert received, 'the first requests fit and were sent'
+    assert all(HeuristicCounter().count_messages(view) <= 4_000 for view in received)
+
+
+async def test_transparent_leaves_an_unknown_models_fallback_window_alone() -> None:
+    # No explicit window and a model nothing knows: the 32k fallback is a guess, not a limit.
+    log = History().user('go').step(Tool('cat', {'path': 'big.txt'}, 'word ' * 40_000)).build()
+    p = profile('transparent', counter=HeuristicCounter())
+    view = await p.compile(log, model=FunctionModel(lambda m, i: ModelResponse(parts=[TextPart('x')])))
+    assert len(view) == len(log)
+    assert p.last_usage is not None
+    assert p.last_usage.window_source == 'default'

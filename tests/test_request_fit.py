@@ -130,10 +130,19 @@ async def test_tools_that_leave_no_room_raise_before_anything_is_sent() -> None:
     assert meter.totals == []
 
 
-async def test_transparent_refuses_a_request_over_a_known_window() -> None:
+@pytest.mark.parametrize('kind', ['transparent', 'custom'])
+async def test_a_profile_that_does_not_compact_refuses_a_request_over_a_known_window(kind: str) -> None:
+    from pydantic_ai_context import ContextProfile
+
     meter = RequestMeter(reading_script(STEPS))
-    agent = realistic_agent(meter, profile('transparent', context_window=32_000))
-    with pytest.raises(ContextBudgetExceeded, match='nothing was sent'):
+    # `transparent` checks in its chain; a custom chain without a fit is refused by the request path.
+    ctx_profile = (
+        profile('transparent', context_window=32_000)
+        if kind == 'transparent'
+        else ContextProfile(context_window=32_000)
+    )
+    agent = realistic_agent(meter, ctx_profile)
+    with pytest.raises(ContextBudgetExceeded, match='budget allows'):
         await agent.run('Read every module.', usage_limits=LIMITS)
     assert meter.totals
     assert max(meter.totals) <= 32_000

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 
 from pydantic_ai_context import ContextProfile, profile, profiles
+from pydantic_ai_context import settings as settings_module
 from pydantic_ai_context.profiles import split_settings
 from pydantic_ai_context.settings import ContextSettings, ContextSettingsError
 
@@ -133,3 +136,89 @@ def test_for_profile_lists_the_preset_settings(monkeypatch: pytest.MonkeyPatch) 
     assert ContextSettings.variable('keep_recent') == 'PYDANTIC_AI_CONTEXT_KEEP_RECENT'
     with pytest.raises(ValueError, match='unknown profile'):
         ContextSettings.for_profile('nope')
+
+
+# --- checked when the profile is built ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ('settings', 'named'),
+    [
+        ({'context_window': -5}, 'context_window=-5'),
+        ({'context_window': '32k'}, "context_window='32k'"),
+        ({'context_window': '32000'}, "context_window='32000'"),  # a keyword takes the int itself
+        ({'soft_threshold': 1.5}, 'soft_threshold=1.5'),
+        ({'reserved_output': -1}, 'reserved_output=-1'),
+        ({'keep_recent': -3}, 'keep_recent=-3'),
+        ({'step': 0}, 'step=0'),
+        ({'trim_threshold': 0}, 'trim_threshold=0'),
+        ({'isolate_mode': 'sometimes'}, "isolate_mode='sometimes'"),
+        ({'summary_threshold': 2.0}, 'summary_threshold=2.0'),
+    ],
+)
+def test_invalid_keywords_are_rejected_when_the_profile_is_built(
+    settings: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ContextSettingsError) as info:
+        profile('long_horizon', **settings)
+    assert named in str(info.value)
+    assert "profile 'long_horizon'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ('variable', 'value'),
+    [
+        ('PYDANTIC_AI_CONTEXT_KEEP_RECENT', '-3'),
+        ('PYDANTIC_AI_CONTEXT_STEP', '0'),
+        ('PYDANTIC_AI_CONTEXT_TRIM_THRESHOLD', '-1'),
+        ('PYDANTIC_AI_CONTEXT_SUMMARY_THRESHOLD', '0'),
+    ],
+)
+def test_a_preset_setting_from_the_environment_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ContextSettingsError, match=f"{variable}='{value}'"):
+        profile('long_horizon')
+
+
+def test_a_window_too_small_for_what_it_reserves_names_the_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW', '1000')
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_RESERVED_OUTPUT', '5000')
+    with pytest.raises(ContextSettingsError, match='leaves no room') as info:
+        profile('coding')
+    assert "PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW='1000'" in str(info.value)
+    assert "PYDANTIC_AI_CONTEXT_RESERVED_OUTPUT='5000'" in str(info.value)
+    # The same values as keywords: the same check, and no variable to name.
+    with pytest.raises(ContextSettingsError, match='leaves no room') as keywords:
+        profile('coding', context_window=1_000, reserved_output=5_000)
+    assert 'PYDANTIC_AI_CONTEXT' not in str(keywords.value)
+
+
+def test_an_unknown_preset_from_the_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_PROFILE', 'nope')
+    with pytest.raises(ContextSettingsError, match=r"PYDANTIC_AI_CONTEXT_PROFILE='nope'.*unknown profile"):
+        profile()
+
+
+def test_a_profile_built_directly_is_checked_too() -> None:
+    with pytest.raises(ContextSettingsError, match='context_window=-5'):
+        ContextProfile(context_window=-5)
+    with pytest.raises(ContextSettingsError, match='soft_threshold=0'):
+        ContextProfile(soft_threshold=0)
+    with pytest.raises(ContextSettingsError, match='leaves no room'):
+        ContextProfile(context_window=100, reserved_output=200)
+    assert ContextProfile(context_window=8_000, reserved_output=1_000).context_window == 8_000
+
+
+def test_settings_do_not_import_profiles() -> None:
+    # Dependencies run one way: profiles read settings, never the reverse (not even lazily).
+    source = Path(settings_module.__file__).read_text(encoding='utf-8')
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            imported.add(node.module or '')
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+    assert not {name for name in imported if 'profiles' in name or 'presets' in name}

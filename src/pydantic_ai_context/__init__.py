@@ -35,6 +35,7 @@ from .integrity import (
 from .openai_format import from_openai, to_openai
 from .overhead import RequestOverhead, measure_overhead
 from .policies import (
+    CheckBudget,
     DedupeReads,
     FitToBudget,
     InMemorySummaryCache,
@@ -43,6 +44,7 @@ from .policies import (
     SummarizeWindow,
     SummaryCache,
     TrimToolOutputs,
+    check_budget,
     dedupe_reads,
     fit_to_budget,
     isolate_boundaries,
@@ -66,6 +68,7 @@ if TYPE_CHECKING or HAS_CONVERSATION_STORE:
 __all__ = [
     'Artifact',
     'ArtifactStore',
+    'CheckBudget',
     'CompactResult',
     'CompactionEvent',
     'CompileContext',
@@ -108,6 +111,7 @@ __all__ = [
     'TrimToolOutputs',
     'analyze_pairs',
     'available_profiles',
+    'check_budget',
     'clear',
     'compact',
     'compact_result',

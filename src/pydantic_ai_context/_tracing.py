@@ -9,6 +9,7 @@ never carry message content: only counts, token numbers and policy names.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -19,6 +20,9 @@ SPAN_NAME: Final = 'compact_messages'
 STEP_EVENT_NAME: Final = 'compaction.step'
 """Name of the span event recorded for each step that changed the view."""
 TRACER_NAME: Final = 'pydantic_ai_context'
+
+logger = logging.getLogger(__name__)
+_failed_once = False
 
 
 def tracer_for(run_context: Any) -> Any:
@@ -48,10 +52,43 @@ def record_compaction(
     """Emit one `compact_messages` span covering a compile (from `start_time`, in ns) that changed the view.
 
     `count_tokens` gives (tokens before, tokens after) and runs only when the span records, so a
-    run without tracing pays for starting a no-op span and nothing else.
+    run without tracing pays for starting a no-op span and nothing else. Span export is an observer:
+    a tracer that raises is logged (with its traceback the first time) and never breaks the run.
     """
+    global _failed_once
     if tracer is None or not events:
         return
+    try:
+        _record(
+            tracer,
+            start_time,
+            profile,
+            events,
+            messages_before,
+            messages_after,
+            count_tokens,
+            run_id,
+            compile_id,
+        )
+    except Exception:
+        if _failed_once:
+            logger.debug('recording the %s span failed again', SPAN_NAME, exc_info=True)
+        else:
+            _failed_once = True
+            logger.exception('recording the %s span failed; the run goes on', SPAN_NAME)
+
+
+def _record(
+    tracer: Any,
+    start_time: int,
+    profile: str,
+    events: Sequence[CompactionEvent],
+    messages_before: int,
+    messages_after: int,
+    count_tokens: Callable[[], tuple[int, int]],
+    run_id: str | None,
+    compile_id: int,
+) -> None:
     span = tracer.start_span(SPAN_NAME, start_time=start_time)
     try:
         if not span.is_recording():

@@ -265,8 +265,8 @@ class HistoryStats:
 
     def __str__(self) -> str:
         line = (
-            f'{self.messages} messages, {self.user_turns} user turns, '
-            f'{self.tool_calls} tool calls, {self.tokens:,} tokens'
+            f'{_count(self.messages, "message")}, {_count(self.user_turns, "user turn")}, '
+            f'{_count(self.tool_calls, "tool call")}, {_count(self.tokens, "token")}'
         )
         if self.share is not None and self.limit is not None:
             line += f' ({self.share:.0%} of {self.limit:,} usable)'
@@ -276,8 +276,16 @@ class HistoryStats:
                 f'  messages {self.message_tokens:,} · instructions {self.instructions_tokens:,} · '
                 f'tools {self.tools_tokens:,} tokens'
             )
-        lines += [f'  {t.tool_name}: {t.tokens:,} tokens in {t.count} results' for t in self.largest]
+        lines += [
+            f'  {t.tool_name}: {_count(t.tokens, "token")} in {_count(t.count, "result")}'
+            for t in self.largest
+        ]
         return '\n'.join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 user turn`, `2 user turns`, `12,000 tokens`."""
+    return f'{n:,} {noun}' if n == 1 else f'{n:,} {noun}s'
 
 
 def history_stats(

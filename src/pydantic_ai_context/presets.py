@@ -2,7 +2,7 @@
 
 | preset | chain | for |
 |---|---|---|
-| `transparent` | normalize | validation and repair only |
+| `transparent` | normalize → check_budget | validation and repair only; raises when over a known window |
 | `coding` | isolate → dedupe → trim → mask → fit | long tool-using runs (zero LLM calls) |
 | `chat` | isolate → trim → summarize → fit | many-turn conversations |
 | `long_horizon` | isolate → dedupe → trim → mask → summarize → fit | runs that outgrow even masking |
@@ -15,9 +15,12 @@ keyword-only settings of its factory below.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from .policies._frontier import Frontier
+from .policies.check import check_budget
 from .policies.dedupe import dedupe_reads
 from .policies.fit import fit_to_budget
 from .policies.isolate import IsolateMode, isolate_boundaries
@@ -28,21 +31,29 @@ from .profiles import ContextProfile, register_profile, split_settings
 
 __all__ = ('chat', 'coding', 'long_horizon', 'transparent')
 
+# The constraints in the factories' annotations are checked when a profile is built, for keyword
+# arguments and `PYDANTIC_AI_CONTEXT_*` variables alike (see `settings`).
+Share = Annotated[float, Field(gt=0, le=1)]
+
 
 def transparent(**settings: Any) -> ContextProfile:
-    """Normalize only: repairs broken histories and changes nothing else."""
-    return ContextProfile(name='transparent', steps=(), **_fields(settings))
+    """Normalize only: repairs broken histories and changes nothing else.
+
+    Like every preset it never sends a view the model cannot take: over a known window (explicit
+    `context_window`, or the model's), `check_budget` raises `ContextBudgetExceeded`.
+    """
+    return ContextProfile(name='transparent', steps=(check_budget(),), **_fields(settings))
 
 
 def coding(
     *,
-    keep_recent: int = 2,
-    step: int = 10,
-    trim_threshold: int = 400,
-    clip_args: int = 80,
+    keep_recent: NonNegativeInt = 2,
+    step: PositiveInt = 10,
+    trim_threshold: PositiveInt = 400,
+    clip_args: NonNegativeInt = 80,
     isolate_mode: IsolateMode = 'digest',
     exclude_tools: Iterable[str] = DEFAULT_EXCLUDED_TOOLS,
-    keep_last_steps: int = 2,
+    keep_last_steps: NonNegativeInt = 2,
     **common: Any,
 ) -> ContextProfile:
     """Zero-LLM compaction for long tool-using runs.
@@ -76,16 +87,16 @@ def coding(
 
 def chat(
     *,
-    keep_recent: int = 2,
-    step: int = 10,
-    trim_threshold: int = 400,
-    clip_args: int = 80,
+    keep_recent: NonNegativeInt = 2,
+    step: PositiveInt = 10,
+    trim_threshold: PositiveInt = 400,
+    clip_args: NonNegativeInt = 80,
     isolate_mode: IsolateMode = 'digest',
-    summary_step: int = 8,
-    summary_keep_tokens: int | None = None,
-    summary_timeout: float = 60.0,
+    summary_step: PositiveInt = 8,
+    summary_keep_tokens: PositiveInt | None = None,
+    summary_timeout: PositiveFloat = 60.0,
     summary_cache: SummaryCache | None = None,
-    keep_last_steps: int = 2,
+    keep_last_steps: NonNegativeInt = 2,
     **common: Any,
 ) -> ContextProfile:
     """Many-turn conversations: finished turns collapse, old outputs are trimmed, and when the
@@ -95,7 +106,8 @@ def chat(
         keep_recent: Tool observations kept verbatim (trim's recency window).
         step: Observations the trim frontier advances at once.
         trim_threshold: Old tool results longer than this many tokens are trimmed.
-        clip_args: Long string arguments of old tool calls are clipped to this many characters.
+        clip_args: Long string arguments of old tool calls are clipped to this many characters
+            (0: never clipped).
         isolate_mode: What finished runs keep of their tool trace.
         summary_step: The summarised span ends on a multiple of this many messages.
         summary_keep_tokens: Tokens the summariser leaves verbatim at the end (default: 40% of
@@ -123,18 +135,18 @@ def chat(
 
 def long_horizon(
     *,
-    keep_recent: int = 2,
-    step: int = 10,
-    trim_threshold: int = 400,
-    clip_args: int = 80,
+    keep_recent: NonNegativeInt = 2,
+    step: PositiveInt = 10,
+    trim_threshold: PositiveInt = 400,
+    clip_args: NonNegativeInt = 80,
     isolate_mode: IsolateMode = 'digest',
     exclude_tools: Iterable[str] = DEFAULT_EXCLUDED_TOOLS,
-    summary_step: int = 30,
-    summary_threshold: float = 0.95,
-    summary_keep_tokens: int | None = None,
-    summary_timeout: float = 60.0,
+    summary_step: PositiveInt = 30,
+    summary_threshold: Share = 0.95,
+    summary_keep_tokens: PositiveInt | None = None,
+    summary_timeout: PositiveFloat = 60.0,
     summary_cache: SummaryCache | None = None,
-    keep_last_steps: int = 2,
+    keep_last_steps: NonNegativeInt = 2,
     **common: Any,
 ) -> ContextProfile:
     """`coding`'s zero-LLM chain, then a summary of the middle when the view is still over the
@@ -144,7 +156,8 @@ def long_horizon(
         keep_recent: Tool observations kept verbatim at the end of the view.
         step: Observations the compaction frontier advances at once.
         trim_threshold: Old tool results longer than this many tokens are trimmed, then masked.
-        clip_args: Long string arguments of old tool calls are clipped to this many characters.
+        clip_args: Long string arguments of old tool calls are clipped to this many characters
+            (0: never clipped).
         isolate_mode: What finished runs keep of their tool trace.
         exclude_tools: Tools whose results are never masked.
         summary_step: The summarised span ends on a multiple of this many messages; large, so

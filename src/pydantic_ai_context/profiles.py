@@ -15,9 +15,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 import inspect
+import itertools
+import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -25,15 +27,20 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.tools import RunContext
 
-from . import _tracing
+from . import _registry, _tracing
 from ._overflow import Overflow, context_overflow
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
 from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
 from .budget import ContextBudget, WindowSource, resolve_context_window
-from .errors import ContextBudgetExceeded
+from .errors import ContextBudgetExceeded, ContextSettingsError
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
 from .overhead import OverheadMemo, RequestOverhead, measure_overhead
-from .settings import default_profile_name, environment_overrides
+from .settings import (
+    check_keywords,
+    default_profile_name,
+    environment_overrides,
+    environment_sources,
+)
 from .tokens import TokenCounter, default_counter, measure_context
 from .views import CompileContext, Step, compile_view, step_name
 
@@ -52,6 +59,8 @@ _STEPS_REMEMBERED: Final = 64
 __all__ = ('ContextProfile', 'available_profiles', 'profile', 'register_profile')
 
 _EVENTS_KEPT = 200
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True, repr=False)
@@ -99,10 +108,13 @@ class ContextProfile(AbstractCapability[Any]):
     """Model for summarising policies (a cheaper one); `None` uses the run's model."""
     event_handlers: Sequence[EventHandler] = ()
     """Callbacks (sync or async) receiving a `CompactionEvent` for each step that changed the view,
-    then one `ContextUsageEvent` (the context gauge) per compile. Filter with `isinstance`.
+    then one `ContextUsageEvent` (the context gauge) per compile. Filter with `isinstance`, or use
+    `profile(name, on_compaction=..., on_usage=...)`, which receive one kind each.
 
     `profile(name, on_event=...)` fills it (one callable or a sequence). The field is not called
-    `on_event` because that name is a pydantic-ai capability hook for agent stream events.
+    `on_event` because that name is a pydantic-ai capability hook for agent stream events. A
+    handler that raises is logged (once per handler, on the `pydantic_ai_context.profiles`
+    logger) and never breaks the run.
     """
     settings: dict[str, Any] = field(default_factory=dict[str, Any])
     """The preset's own settings, as given (for display and `replace`)."""
@@ -114,7 +126,6 @@ class ContextProfile(AbstractCapability[Any]):
     """The context gauge of the latest compile, or `None` before the first."""
     last_overhead: RequestOverhead | None = field(default=None, init=False, compare=False)
     """What the latest request sent besides its messages (instructions, tool definitions), or `None`."""
-    _compiles: int = field(default=0, init=False, compare=False)
     _overhead_memo: OverheadMemo = field(default_factory=OverheadMemo, init=False, compare=False, repr=False)
     # Input caps learned from provider rejections, per model: (stated window or None, input cap or None).
     _provider_limits: dict[str, tuple[int | None, int | None]] = field(
@@ -127,10 +138,35 @@ class ContextProfile(AbstractCapability[Any]):
         compare=False,
         repr=False,
     )
+    # Numbers compiles; shared with the profile a copy records into (`recording_into`), so the
+    # events there never show two compiles with the same id.
+    _compile_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1), init=False, compare=False)
+    _records_into: ContextProfile | None = field(default=None, init=False, compare=False)
     _last_compile_id: int = field(default=0, init=False, compare=False)
+    # Handlers whose failure was logged with its traceback; later failures log one line at DEBUG.
+    _failed_handlers: set[int] = field(default_factory=set[int], init=False, compare=False)
     # The latest view and its run id: what that request was sent, to anchor the next gauge on the
     # provider's usage (see `tokens.measure_context`).
     _last_sent: tuple[str | None, list[ModelMessage]] | None = field(default=None, init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Settings are checked when the profile is built, not at its first model request.
+        try:
+            check_keywords(_common_settings_factory, self._common_values(), preset=self.name)
+            if self.context_window is not None:
+                self.budget_for(None)  # the window leaves room for messages after what is reserved
+        except ContextSettingsError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise ContextSettingsError(f'profile {self.name!r}: {exc}') from None
+
+    def _common_values(self) -> dict[str, Any]:
+        return {
+            'context_window': self.context_window,
+            'reserved_output': self.reserved_output,
+            'reserved_system': self.reserved_system,
+            'soft_threshold': self.soft_threshold,
+        }
 
     def __repr__(self) -> str:
         chain = ' -> '.join(['normalize', *(step_name(s) for s in self.steps)])
@@ -210,8 +246,7 @@ class ContextProfile(AbstractCapability[Any]):
         if model is None and ctx is not None:
             model = getattr(ctx, 'model', None)
         run_id = getattr(ctx, 'run_id', None) if ctx is not None else None
-        self._compiles += 1
-        compile_id = self._compiles
+        compile_id = next(self._compile_ids)
         counter = self.counter_for(model)
         overhead = self._measure_overhead(messages, ctx, counter, parameters)
         if budget is None:
@@ -229,7 +264,7 @@ class ContextProfile(AbstractCapability[Any]):
         async def on_event(event: CompactionEvent) -> None:
             event = dataclasses.replace(event, profile=self.name, compile_id=compile_id)
             happened.append(event)
-            self.events.append(event)
+            self._record(event)
             await self._dispatch(event)
 
         view = await compile_view(
@@ -317,10 +352,41 @@ class ContextProfile(AbstractCapability[Any]):
         )
 
     async def _dispatch(self, event: ContextEvent) -> None:
+        """Send `event` to every handler; a handler that raises is logged, never propagated."""
         for handler in self.event_handlers:
-            result = handler(event)
-            if inspect.isawaitable(result):
-                await result
+            try:
+                result = handler(event)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                self._handler_failed(handler, event)
+
+    def _handler_failed(self, handler: EventHandler, event: ContextEvent) -> None:
+        name = _handler_name(handler)
+        if id(handler) in self._failed_handlers:
+            logger.debug('event handler %s raised again on a %s event', name, event.kind, exc_info=True)
+            return
+        self._failed_handlers.add(id(handler))
+        logger.exception(
+            'event handler %s of profile %r raised on a %s event; the run goes on (further errors '
+            'of this handler are logged at DEBUG)',
+            name,
+            self.name,
+            event.kind,
+        )
+
+    def _record(self, event: CompactionEvent) -> None:
+        self.events.append(event)
+        if self._records_into is not None:
+            self._records_into._record(event)
+
+    def recording_into(self, original: ContextProfile) -> ContextProfile:
+        """Also record this profile's compaction events in `original.events` (and number compiles
+        with its counter); returns `self`. A `ContextSession` compiles with a copy of the profile it
+        was given, so that `original.run_events()` still shows what happened in a run."""
+        self._records_into = original
+        self._compile_ids = original._compile_ids
+        return self
 
     @property
     def last_compile_events(self) -> list[CompactionEvent]:
@@ -509,7 +575,6 @@ class ContextProfile(AbstractCapability[Any]):
         rejected: int,
         cap: int | None,
     ) -> None:
-        self._compiles += 1
         limit = f'; the provider states a {overflow.limit:,}-token window' if overflow.limit else ''
         within = f'; retrying within {cap:,} input tokens' if cap else '; retrying within the stated window'
         event = CompactionEvent(
@@ -521,9 +586,9 @@ class ContextProfile(AbstractCapability[Any]):
             details={'rejected_tokens': rejected, 'provider_limit': overflow.limit, 'input_cap': cap},
             run_id=getattr(ctx, 'run_id', None),
             profile=self.name,
-            compile_id=self._compiles,
+            compile_id=next(self._compile_ids),
         )
-        self.events.append(event)
+        self._record(event)
         await self._dispatch(event)
 
     # --- pydantic-ai integration --------------------------------------------------------------
@@ -582,6 +647,35 @@ class ContextProfile(AbstractCapability[Any]):
         return {**base, **self.settings}
 
 
+def _handler_name(handler: Any) -> str:
+    inner = getattr(handler, 'handler', handler)  # an `_OnlyKind` wrapper names the user's function
+    name = getattr(inner, '__qualname__', None) or getattr(inner, '__name__', None)
+    return str(name) if name else repr(inner)
+
+
+@dataclass(frozen=True)
+class _OnlyKind:
+    """An event handler that passes one kind of event to `handler` (`on_compaction=`, `on_usage=`)."""
+
+    kind: type[CompactionEvent] | type[ContextUsageEvent]
+    handler: Callable[[Any], Awaitable[None] | None]
+
+    def __call__(self, event: ContextEvent) -> Awaitable[None] | None:
+        if isinstance(event, self.kind):
+            return self.handler(event)
+        return None
+
+
+def _common_settings_factory(
+    *,
+    context_window: int | None = None,
+    reserved_output: int | None = None,
+    reserved_system: int = 0,
+    soft_threshold: float = 0.75,
+) -> None:
+    """Stands for "a preset with only the common settings" when checking `ContextProfile` fields."""
+
+
 # --- presets ----------------------------------------------------------------------------------
 
 _COMMON = frozenset(
@@ -595,43 +689,45 @@ _COMMON = frozenset(
         'counter',
         'summary_model',
         'on_event',
+        'on_compaction',
+        'on_usage',
     }
 )
 
 PresetFactory = Callable[..., ContextProfile]
-_PRESETS: dict[str, PresetFactory] = {}
+_PRESETS = _registry.PRESETS  # the same dict: tests and plugins may register through either
 
 
 def register_profile(name: str, factory: PresetFactory) -> None:
     """Make `profile(name, ...)` build profiles with `factory(**settings)`."""
-    _PRESETS[name] = factory
+    _registry.register(name, factory)
 
 
 def available_profiles() -> list[str]:
     """Names accepted by `profile()`."""
-    return sorted(_PRESETS)
+    return _registry.names()
 
 
 def preset_factory(name: str) -> PresetFactory:
     """The factory registered as `name`; `ValueError` listing the known presets if there is none."""
-    try:
-        return _PRESETS[name]
-    except KeyError:
-        raise ValueError(
-            f'unknown profile {name!r}; known profiles: {", ".join(available_profiles())}'
-        ) from None
+    return _registry.factory(name)  # type: ignore[no-any-return]
 
 
 def profile(name: str | None = None, **overrides: Any) -> ContextProfile:
     """Build the preset called `name`, with settings from keywords, then the environment, then its defaults.
 
     Every preset accepts `context_window`, `reserved_output`, `reserved_system`,
-    `soft_threshold`, `counter`, `summary_model` and `on_event`, plus its own documented
-    settings. Settings not given as keywords come from `PYDANTIC_AI_CONTEXT_*` environment
-    variables (see `ContextSettings`); without a `name`, `PYDANTIC_AI_CONTEXT_PROFILE` names the
-    preset (default `'transparent'`). An unknown setting raises `TypeError` naming it; an unknown
-    preset raises `ValueError` listing the known ones; an invalid environment variable raises
-    `ContextSettingsError` naming the variable.
+    `soft_threshold`, `counter`, `summary_model`, and the event handlers `on_event` (every event),
+    `on_compaction` (`CompactionEvent`s only) and `on_usage` (`ContextUsageEvent`s only), plus its
+    own documented settings. Settings not given as keywords come from `PYDANTIC_AI_CONTEXT_*`
+    environment variables (see `ContextSettings`); without a `name`, `PYDANTIC_AI_CONTEXT_PROFILE`
+    names the preset (default `'transparent'`).
+
+    Settings are checked here, not at the first model request: an unknown setting raises
+    `TypeError` naming it; an unknown preset raises `ValueError` listing the known ones; a value a
+    setting does not accept (`context_window=-5`, `context_window='32k'`, a window too small for
+    what it reserves) raises `ContextSettingsError`, naming the keyword, or the environment
+    variable when the value came from one.
 
     Example:
         ```python
@@ -651,8 +747,18 @@ def profile(name: str | None = None, **overrides: Any) -> ContextProfile:
             f'profile {name!r} got unknown setting(s) {", ".join(map(repr, unknown))}; '
             f'accepted: {", ".join(sorted(_COMMON | own))}'
         )
-    settings = {**environment_overrides(factory, skip=overrides.keys()), **overrides}
-    built = factory(**settings)
+    check_keywords(factory, overrides, preset=name)
+    environment = environment_overrides(factory, skip=overrides.keys())
+    settings = {**environment, **overrides}
+    try:
+        built = factory(**settings)
+    except ValueError as exc:
+        # A combination no single setting's check catches (a window too small for what it
+        # reserves), or a preset's own check: say which values came from the environment.
+        sources = environment_sources(environment)
+        where = f' (from the environment: {", ".join(sources.values())})' if sources else ''
+        detail = str(exc).removeprefix(f'profile {name!r}: ')
+        raise ContextSettingsError(f'profile {name!r}: {detail}{where}') from exc
     if not built.settings:
         # The preset's own settings as resolved (defaults included), derived from its signature,
         # so `replace()` can rebuild it and a user can print what it runs with.
@@ -671,9 +777,11 @@ def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     """Separate the common settings (as `ContextProfile` fields) from a preset's own."""
     common = {k: v for k, v in settings.items() if k in _COMMON}
     own = {k: v for k, v in settings.items() if k not in _COMMON}
-    handlers = common.pop('on_event', None)
-    if handlers is not None:
-        common['event_handlers'] = (handlers,) if callable(handlers) else tuple(handlers)
+    handlers: list[EventHandler] = _handlers(common.pop('on_event', None))
+    handlers += [_OnlyKind(CompactionEvent, h) for h in _handlers(common.pop('on_compaction', None))]
+    handlers += [_OnlyKind(ContextUsageEvent, h) for h in _handlers(common.pop('on_usage', None))]
+    if handlers:
+        common['event_handlers'] = tuple(handlers)
     return common, own
 
 
@@ -726,3 +834,14 @@ def _run_tool_definitions(ctx: Any) -> list[Any] | None:
         return list(manager.tool_defs)
     except Exception:  # a tool manager not prepared for this step knows no definitions yet
         return None
+
+
+def _handlers(given: Any) -> list[EventHandler]:
+    """One callable or a sequence of them, as a list; `TypeError` for anything else."""
+    if given is None:
+        return []
+    items = [given] if callable(given) else list(given)
+    for item in items:
+        if not callable(item):
+            raise TypeError(f'an event handler must be callable, got {item!r}')
+    return items

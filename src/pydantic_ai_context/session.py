@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import inspect
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -165,8 +164,9 @@ class ContextSession:
                 step = dataclasses.replace(step, cache=cache)
             steps.append(step)
         # A copy even without summarising steps: the profile keeps per-compile state (events, the
-        # last view sent) that must not mix two conversations.
-        return base.replace(steps=tuple(steps))
+        # last view sent) that must not mix two conversations. Its events are also recorded on
+        # the user's profile, so `base.run_events()` after `session.run` shows the run's compactions.
+        return base.replace(steps=tuple(steps)).recording_into(base)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -272,11 +272,8 @@ class ContextSession:
 
     async def _on_event(self, event: CompactionEvent) -> None:
         event = dataclasses.replace(event, profile=self.profile.name)
-        self.profile.events.append(event)
-        for handler in self.profile.event_handlers:
-            result = handler(event)
-            if inspect.isawaitable(result):
-                await result
+        self.profile._record(event)
+        await self.profile._dispatch(event)  # a handler that raises is logged, never propagated
 
     async def _persist_summaries(self) -> None:
         used: dict[str, None] = {}

@@ -1,5 +1,7 @@
 """Settings from the environment: `PYDANTIC_AI_CONTEXT_*` variables, read by `profile()`.
 
+This module knows the settings and their constraints; `profiles` reads them (never the reverse).
+
 Precedence, inside `profile(name, **overrides)`: keyword arguments, then environment variables,
 then the preset's defaults. The common settings have fixed variables
 (`PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW`, `..._RESERVED_OUTPUT`, `..._RESERVED_SYSTEM`,
@@ -9,6 +11,9 @@ preset's own keyword settings come from the variable named after the keyword
 (`keep_recent` -> `PYDANTIC_AI_CONTEXT_KEEP_RECENT`), validated against the annotation of the
 preset factory's parameter. Variables a preset does not take are ignored, so one environment can
 serve several presets.
+
+The same constraints check keyword arguments when the profile is built (`check_keywords`), and
+every error names where the bad value came from: the keyword, or the environment variable.
 """
 
 from __future__ import annotations
@@ -24,9 +29,17 @@ import pydantic
 from pydantic import Field, NonNegativeInt, PositiveInt
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from . import _registry
 from .errors import ContextSettingsError
 
-__all__ = ('ENV_PREFIX', 'ContextSettings', 'ContextSettingsError', 'environment_overrides')
+__all__ = (
+    'ENV_PREFIX',
+    'ContextSettings',
+    'ContextSettingsError',
+    'check_keywords',
+    'environment_overrides',
+    'environment_sources',
+)
 
 ENV_PREFIX: Final = 'PYDANTIC_AI_CONTEXT_'
 """Prefix of every environment variable this package reads."""
@@ -37,7 +50,9 @@ DEFAULT_PROFILE: Final = 'transparent'
 # Settings read here that are not `profile()` keyword arguments.
 _NOT_PROFILE_SETTINGS: Final = frozenset({'profile', 'store_url'})
 # Settings that are objects (a counter, callbacks) cannot come from a string.
-_NOT_FROM_ENV: Final = frozenset({'counter', 'on_event'})
+_NOT_FROM_ENV: Final = frozenset({'counter', 'on_event', 'on_compaction', 'on_usage'})
+# Settings whose keyword takes more than the environment's string form (a model object, not just a name).
+_KEYWORD_UNCHECKED: Final = frozenset({'summary_model'})
 # Preset settings whose type cannot be parsed from a string, per generated settings class.
 _UNSUPPORTED: dict[type[Any], tuple[str, ...]] = {}
 
@@ -113,9 +128,7 @@ class ContextSettings(BaseSettings):
 
         Raises `ValueError` for an unknown preset and `ContextSettingsError` for an invalid variable.
         """
-        from .profiles import preset_factory
-
-        return preset_settings_class(preset_factory(name)).load()
+        return preset_settings_class(_registry.factory(name)).load()
 
     def overrides(self) -> dict[str, Any]:
         """The settings the environment sets (not `None`), as `profile()` keyword arguments."""
@@ -132,9 +145,57 @@ def environment_overrides(factory: Callable[..., Any], *, skip: Collection[str] 
     return preset_settings_class(factory).load(skip=skip).overrides()
 
 
-def default_profile_name() -> str:
-    """`PYDANTIC_AI_CONTEXT_PROFILE`, else `DEFAULT_PROFILE`."""
-    return ContextSettings.load().profile or DEFAULT_PROFILE
+def default_profile_name(default: str = DEFAULT_PROFILE) -> str:
+    """`PYDANTIC_AI_CONTEXT_PROFILE`, else `default`; `ContextSettingsError` if the variable names no preset."""
+    name = ContextSettings.load().profile
+    if name is None:
+        return default
+    if name not in _registry.PRESETS:
+        variable = _find_variable('profile', os.environ) or ContextSettings.variable('profile')
+        raise ContextSettingsError(
+            f'invalid environment variable {variable}={name!r}: unknown profile; '
+            f'known profiles: {", ".join(_registry.names())}'
+        )
+    return name
+
+
+def environment_sources(settings: Mapping[str, Any]) -> dict[str, str]:
+    """For settings that came from the environment: the variable and its raw value, as `VAR='value'`."""
+    sources: dict[str, str] = {}
+    for name in settings:
+        variable = _find_variable(name, os.environ)
+        if variable is not None:
+            sources[name] = f'{variable}={os.environ[variable]!r}'
+    return sources
+
+
+def check_keywords(factory: Callable[..., Any], values: Mapping[str, Any], *, preset: str) -> None:
+    """Check keyword settings for preset `factory` against the constraints their variables have.
+
+    Strict: `context_window='32k'` or `'32000'` is an error (a keyword takes the type itself), and so
+    is `context_window=-5`. Raises `ContextSettingsError` naming the keyword and the problem.
+    Settings that take objects (a counter, callbacks, a summary cache, a model) are not checked here.
+    """
+    cls = preset_settings_class(factory)
+    problems = []
+    for name, value in values.items():
+        if value is None or name not in cls.model_fields or name in _KEYWORD_UNCHECKED:
+            continue
+        try:
+            _field_adapter(cls, name).validate_python(value, strict=True)
+        except pydantic.ValidationError as exc:
+            problems.append(f'{name}={value!r}: {exc.errors()[0].get("msg", "invalid value")}')
+    if problems:
+        raise ContextSettingsError(f'profile {preset!r}: invalid setting ' + '; '.join(problems))
+
+
+@functools.cache
+def _field_adapter(cls: type[ContextSettings], name: str) -> pydantic.TypeAdapter[Any]:
+    info = cls.model_fields[name]
+    annotation: Any = info.annotation
+    if info.metadata:
+        annotation = Annotated[(annotation, *info.metadata)]  # type: ignore[valid-type]
+    return pydantic.TypeAdapter(annotation)
 
 
 @functools.cache

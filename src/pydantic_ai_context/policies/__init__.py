@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .check import CheckBudget, check_budget
 from .dedupe import DedupeReads, dedupe_reads, read_key, read_path
 from .fit import FitToBudget, fit_to_budget
 from .isolate import IsolateBoundaries, IsolateMode, isolate_boundaries
@@ -10,6 +11,7 @@ from .summarize import InMemorySummaryCache, SummarizeWindow, SummaryCache, summ
 from .trim import TrimToolOutputs, trim_tool_outputs
 
 __all__ = (
+    'CheckBudget',
     'DedupeReads',
     'FitToBudget',
     'InMemorySummaryCache',
@@ -19,6 +21,7 @@ __all__ = (
     'SummarizeWindow',
     'SummaryCache',
     'TrimToolOutputs',
+    'check_budget',
     'dedupe_reads',
     'fit_to_budget',
     'isolate_boundaries',

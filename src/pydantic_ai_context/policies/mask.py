@@ -68,7 +68,7 @@ class MaskObservations(SyncPolicy):
             log.append(ModelRequest(parts=[ToolReturnPart('bash', output, tool_call_id=f'c{i}')]))
         view = mask_observations(keep_recent=2, step=2)(log)
         masked = view[2].parts[0].content
-        assert masked.startswith("[output masked] bash(command='pytest tests/test_0.py') → ok")
+        assert masked.startswith('[output masked] ok, 42 lines')  # the call is in the response before it
         assert 'FAILED tests/test_0.py::test_x - AssertionError' in masked
         assert view[-1] is log[-1]
         ```

@@ -25,7 +25,7 @@ class MemoryConversationStore(InMemoryConversationStore, ArtifactStore):
     conversation are deleted with it. Needs pydantic-ai 2.66 or later.
 
     Example:
-        ```python
+        ```python {requires="2.66"}
         import asyncio
 
         from pydantic_ai import Agent

@@ -83,7 +83,7 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
     or later and the `postgres` extra (`pip install "pydantic-ai-context[postgres]"`).
 
     Example:
-        ```python
+        ```python {requires="2.66"}
         from pydantic_ai_context import open_store
         from pydantic_ai_context.store import PostgresConversationStore
 

@@ -78,7 +78,7 @@ class SqliteConversationStore(SqliteFile, ConversationStore, ArtifactStore):
     never blocks; `await store.aclose()` releases it. Needs pydantic-ai 2.66 or later.
 
     Example:
-        ```python
+        ```python {requires="2.66"}
         import asyncio
         import tempfile
         from pathlib import Path

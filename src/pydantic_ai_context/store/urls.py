@@ -39,7 +39,7 @@ def open_store(
     a URL it does not understand, and `ImportError` on a pydantic-ai older than 2.66.
 
     Example:
-        ```python
+        ```python {requires="2.66"}
         import asyncio
         import tempfile
 

@@ -125,9 +125,11 @@ def test_example_runs(example: CodeExample, eval_example: EvalExample, substitut
     check_extras({m.group(1) for m in AGENT_MODEL.finditer(source)}, text)
     settings = example.prefix_settings()
     required = settings.get('requires')
-    if required is not None and PYDANTIC_AI_VERSION < _version(required):
+    if required is not None and _version(required) > PYDANTIC_AI_VERSION:
         compile(source, example_id(example), 'exec')
-        pytest.skip(f'{example_id(example)} needs pydantic-ai {required} (installed: {pydantic_ai.__version__})')
+        pytest.skip(
+            f'{example_id(example)} needs pydantic-ai {required} (installed: {pydantic_ai.__version__})'
+        )
     if settings.get('test') == 'skip':
         compile(source, example_id(example), 'exec')
         pytest.skip(f'{example_id(example)} is marked test="skip"')

@@ -43,7 +43,9 @@ class MaskObservations(SyncPolicy):
 
     Each masked result keeps its `tool_call_id`, tool name and outcome; its content becomes one
     line such as `[output masked] execute_bash(command='pytest -q') → error, exit 1, 214 lines,
-    ~2,100 tokens; paths: src/io.py; errors: FAILED tests/test_io.py::test_vla - AssertionError`.
+    ~2,100 tokens; errors: FAILED tests/test_io.py::test_vla - AssertionError; paths: src/io.py`:
+    at most `max_errors` error lines, then at most `max_paths` paths (those the call's arguments
+    name first), each with a count of the rest.
     The agent's own reasoning and actions (every response) stay as they are, like SWE-agent's
     observation masking.
 
@@ -85,10 +87,11 @@ class MaskObservations(SyncPolicy):
     repeat_call: bool = False
     """Repeat the call's summary in the digest. Off by default: the call is in the response right
     before, so repeating it only costs tokens."""
-    max_paths: int = 128
-    """File paths listed in a digest."""
-    max_errors: int = 8
-    """Error lines listed in a digest."""
+    max_paths: int = _facts.DIGEST_PATHS
+    """File paths listed in a digest: those named in the call's arguments first, then the first
+    others; a count stands for the rest."""
+    max_errors: int = _facts.DIGEST_ERRORS
+    """Error lines listed in a digest (before any path); a count stands for the rest."""
     skip_seen_facts: bool = True
     """Leave out of a digest the paths and error lines the view already shows in an earlier message."""
     _memo: IdentityMemo[Any] = field(default_factory=IdentityMemo[Any], init=False, repr=False, compare=False)
@@ -114,6 +117,9 @@ class MaskObservations(SyncPolicy):
         masked = 0
         # Facts the view already shows before the current message: a digest need not list them again.
         seen: set[str] = set()
+        # Where each path is last mentioned: a path that later messages name again is in play, and
+        # is listed before the others when its result is masked.
+        last_named = self._last_mentions(messages)
         for i in range(frontier):
             message = messages[i]
             if (
@@ -127,10 +133,16 @@ class MaskObservations(SyncPolicy):
                 shown = frozenset().union(
                     *(_facts.facts_in_text(_parts.part_text(p)) & seen for p in results)
                 )
-                key = (kept, shown, id(previous), counter_key(context.counter))
+                again = frozenset(
+                    path
+                    for p in results
+                    for path in _facts.extract_facts(_parts.part_text(p)).paths
+                    if _named_after(path, i, last_named)
+                )
+                key = (kept, shown, again, id(previous), counter_key(context.counter))
                 found = self._memo.get(message, key)
                 if found is None or found[0] is not previous:
-                    new_message = self._mask_request(message, previous, kept, shown, context)
+                    new_message = self._mask_request(message, previous, kept, shown, again, context)
                     found = self._memo.put(message, (previous, new_message), key)
                 if found[1] is not message:
                     out[i] = found[1]
@@ -149,6 +161,7 @@ class MaskObservations(SyncPolicy):
         previous: ModelMessage | None,
         kept: frozenset[str],
         shown: frozenset[str],
+        again: frozenset[str],
         context: CompileContext,
     ) -> ModelRequest:
         # A valid view holds each result's call in the response right before it.
@@ -157,7 +170,7 @@ class MaskObservations(SyncPolicy):
         changed = False
         for j, part in enumerate(parts):
             if self._may_mask(part, kept):
-                new_part = self._mask(part, calls.get(part.tool_call_id), shown, context)
+                new_part = self._mask(part, calls.get(part.tool_call_id), shown, again, context)
                 if new_part is not None:
                     parts[j] = new_part
                     changed = True
@@ -186,8 +199,34 @@ class MaskObservations(SyncPolicy):
             found = self._memo.put(message, frozenset(keys), 'facts')
         return found  # type: ignore[no-any-return]
 
+    def _last_mentions(self, messages: list[ModelMessage]) -> tuple[dict[str, int], dict[str, int]]:
+        """For each path key, and for each ending of one, the last message that names it."""
+        last_key: dict[str, int] = {}
+        last_tail: dict[str, int] = {}
+        for i, message in enumerate(messages):
+            keys = self._memo.get(message, 'path_keys')
+            if keys is None:
+                found = {
+                    _facts.file_key(path)
+                    for part in message.parts
+                    for path in _facts.extract_facts(_parts.part_text(part)).paths
+                }
+                keys = self._memo.put(
+                    message, tuple((k, tuple(_facts.path_tails(k))) for k in found), 'path_keys'
+                )
+            for key, tails in keys:
+                last_key[key] = i
+                for tail in tails:
+                    last_tail[tail] = i
+        return last_key, last_tail
+
     def _mask(
-        self, part: ToolReturnPart, call: ToolCallPart | None, shown: frozenset[str], context: CompileContext
+        self,
+        part: ToolReturnPart,
+        call: ToolCallPart | None,
+        shown: frozenset[str],
+        again: frozenset[str],
+        context: CompileContext,
     ) -> ToolReturnPart | None:
         line = _facts.digest(
             call,
@@ -196,6 +235,7 @@ class MaskObservations(SyncPolicy):
             max_errors=self.max_errors,
             prefix=self.prefix,
             known=shown,
+            prefer=again,
             with_call=self.repeat_call,
         )
         text = _parts.tool_content_text(part.content)
@@ -212,6 +252,13 @@ class MaskObservations(SyncPolicy):
         new_record |= {'lines': lines, 'chars': chars}
         metadata = _parts.with_marker(part.metadata, new_record)
         return dataclasses.replace(part, content=line, metadata=metadata)
+
+
+def _named_after(path: str, index: int, last: tuple[dict[str, int], dict[str, int]]) -> bool:
+    """Whether a message after `index` names `path`, spelt the same or one ending with the other."""
+    last_key, last_tail = last
+    key = _facts.file_key(path)
+    return last_tail.get(key, -1) > index or any(last_key.get(t, -1) > index for t in _facts.path_tails(key))
 
 
 def mask_observations(

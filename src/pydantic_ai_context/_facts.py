@@ -397,7 +397,7 @@ def digest(
     )
     key = (
         hidden,
-        prefer & frozenset(facts.paths) if prefer else None,
+        frozenset(p for p in facts.paths if p in prefer) if prefer else None,
         record.get('lines'),
         record.get('chars'),
         getattr(result_part, 'tool_call_id', None),

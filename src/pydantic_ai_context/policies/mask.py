@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -25,6 +26,8 @@ from ._frontier import (
 __all__ = ('DEFAULT_EXCLUDED_TOOLS', 'MaskObservations', 'mask_observations')
 
 MASKED: Final = 'masked'
+NAMED_AGAIN: Final = 'named_again'
+PATH_KEYS: Final = 'path_keys'
 
 DEFAULT_EXCLUDED_TOOLS: Final = frozenset({'think', 'task_tracker', 'todo_write', 'update_plan'})
 """Tools whose results stay: they echo the agent's own plan or thoughts, which masking must not hide."""
@@ -94,6 +97,11 @@ class MaskObservations(SyncPolicy):
     """Error lines listed in a digest (before any path); a count stands for the rest."""
     skip_seen_facts: bool = True
     """Leave out of a digest the paths and error lines the view already shows in an earlier message."""
+    named_again_within: int = 20
+    """A path of a result that one of the next this many messages names again (spelt the same, or
+    one ending with the other) is listed in its digest right after those the call names: the agent
+    is still working with it (0: off). Bounded, so that a digest stops changing once the log has
+    grown this much: older digests, and the cached prompt prefix holding them, stay as they are."""
     _memo: IdentityMemo[Any] = field(default_factory=IdentityMemo[Any], init=False, repr=False, compare=False)
     _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -117,9 +125,6 @@ class MaskObservations(SyncPolicy):
         masked = 0
         # Facts the view already shows before the current message: a digest need not list them again.
         seen: set[str] = set()
-        # Where each path is last mentioned: a path that later messages name again is in play, and
-        # is listed before the others when its result is masked.
-        last_named = self._last_mentions(messages)
         for i in range(frontier):
             message = messages[i]
             if (
@@ -133,12 +138,7 @@ class MaskObservations(SyncPolicy):
                 shown = frozenset().union(
                     *(_facts.facts_in_text(_parts.part_text(p)) & seen for p in results)
                 )
-                again = frozenset(
-                    path
-                    for p in results
-                    for path in _facts.extract_facts(_parts.part_text(p)).paths
-                    if _named_after(path, i, last_named)
-                )
+                again = self._named_again(messages, i, results)
                 key = (kept, shown, again, id(previous), counter_key(context.counter))
                 found = self._memo.get(message, key)
                 if found is None or found[0] is not previous:
@@ -199,26 +199,48 @@ class MaskObservations(SyncPolicy):
             found = self._memo.put(message, frozenset(keys), 'facts')
         return found  # type: ignore[no-any-return]
 
-    def _last_mentions(self, messages: list[ModelMessage]) -> tuple[dict[str, int], dict[str, int]]:
-        """For each path key, and for each ending of one, the last message that names it."""
-        last_key: dict[str, int] = {}
-        last_tail: dict[str, int] = {}
-        for i, message in enumerate(messages):
-            keys = self._memo.get(message, 'path_keys')
-            if keys is None:
-                found = {
-                    _facts.file_key(path)
-                    for part in message.parts
-                    for path in _facts.extract_facts(_parts.part_text(part)).paths
-                }
-                keys = self._memo.put(
-                    message, tuple((k, tuple(_facts.path_tails(k))) for k in found), 'path_keys'
-                )
-            for key, tails in keys:
-                last_key[key] = i
-                for tail in tails:
-                    last_tail[tail] = i
-        return last_key, last_tail
+    def _named_again(self, messages: list[ModelMessage], i: int, results: list[Any]) -> frozenset[str]:
+        """The paths of message `i`'s results that one of the next `named_again_within` messages names."""
+        if self.named_again_within <= 0:
+            return frozenset()
+        paths = {path for p in results for path in _facts.extract_facts(_parts.part_text(p)).paths}
+        if not paths:
+            return frozenset()
+        following = tuple(messages[i + 1 : i + 1 + self.named_again_within])
+        # The same following messages (the same objects: the memo holds them) name the same paths.
+        found = self._memo.get(messages[i], NAMED_AGAIN)
+        if (
+            found is not None
+            and len(found[0]) == len(following)
+            and all(map(operator.is_, found[0], following))
+        ):
+            return found[1]  # type: ignore[no-any-return]
+        keys: set[str] = set()
+        tails: set[str] = set()
+        for message in following:
+            named, endings = self._path_keys(message)
+            keys |= named
+            tails |= endings
+        again = frozenset(
+            path
+            for path in paths
+            if _facts.file_key(path) in tails or not keys.isdisjoint(_facts.path_tails(_facts.file_key(path)))
+        )
+        self._memo.put(messages[i], (following, again), NAMED_AGAIN)
+        return again
+
+    def _path_keys(self, message: ModelMessage) -> tuple[frozenset[str], frozenset[str]]:
+        """The `file_key`s of the paths a message names, and all their `path_tails`."""
+        found = self._memo.get(message, PATH_KEYS)
+        if found is None:
+            keys = frozenset(
+                _facts.file_key(path)
+                for part in message.parts
+                for path in _facts.extract_facts(_parts.part_text(part)).paths
+            )
+            tails = frozenset(t for key in keys for t in _facts.path_tails(key))
+            found = self._memo.put(message, (keys, tails), PATH_KEYS)
+        return found  # type: ignore[no-any-return]
 
     def _mask(
         self,
@@ -252,13 +274,6 @@ class MaskObservations(SyncPolicy):
         new_record |= {'lines': lines, 'chars': chars}
         metadata = _parts.with_marker(part.metadata, new_record)
         return dataclasses.replace(part, content=line, metadata=metadata)
-
-
-def _named_after(path: str, index: int, last: tuple[dict[str, int], dict[str, int]]) -> bool:
-    """Whether a message after `index` names `path`, spelt the same or one ending with the other."""
-    last_key, last_tail = last
-    key = _facts.file_key(path)
-    return last_tail.get(key, -1) > index or any(last_key.get(t, -1) > index for t in _facts.path_tails(key))
 
 
 def mask_observations(

@@ -5,6 +5,11 @@ established: which call it was, whether it worked (exit code), which files it me
 which errors it printed. `extract_facts` pulls those out of a result's text; `digest` writes
 them on one line, keeping paths and error lines verbatim so the agent (and the replay's fact
 retention measure) can still find them.
+
+Tool output is untrusted and can be megabytes long: every scan here is linear in the text's size
+whatever it holds (DESIGN.md invariant 11). Facts come from the ends of a result (`SCAN_CHARS`),
+paths are matched token by token (`paths_in`), and every other pattern has bounded, possessive
+repetitions.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from pydantic_ai.messages import RetryPromptPart, ToolCallPart
 from . import _parts
 
 __all__ = (
+    'DIGEST_ERRORS',
+    'DIGEST_PATHS',
     'ERROR_LINE_RE',
     'MAX_PATH_CHARS',
     'PATH_RE',
@@ -33,6 +40,8 @@ __all__ = (
     'fact_key',
     'facts_in_digest',
     'facts_in_text',
+    'file_key',
+    'path_tails',
     'paths_in',
     'result_status',
     'scanned_text',
@@ -54,8 +63,12 @@ Matched only at the start of one path token (see `paths_in`), never searched thr
 repetition is bounded (255 characters a component, `NAME_MAX`), and a token is matched once.
 """
 
-_PATH_RUN_RE: Final = re.compile(r'[\w./-]+')
-"""A maximal run of the characters a path holds: one character class, so one pass over the text."""
+_PATH_RUN_RE: Final = re.compile(r'(?<![\w./-])[\w.-]*+/[\w./-]*+')
+"""A maximal run of the characters a path holds (word characters, `.`, `-`, `/`) with a slash in it.
+
+Tried only where a run starts (the look-behind), and possessive: each run is read once, and a run
+without a slash (a word, a dump) is given up at its first other character.
+"""
 _SLASHES_RE: Final = re.compile(r'/{2,}')
 
 ERROR_LINE_RE: Final = re.compile(r'Error|Exception|FAILED|Traceback|error:|FAIL:')
@@ -192,7 +205,7 @@ def paths_in(text: str) -> list[str]:
     """
     found: list[str] = []
     for run in _PATH_RUN_RE.findall(text):
-        if '/' not in run or '.' not in run:
+        if '.' not in run:
             continue
         pieces = _SLASHES_RE.split(run) if '//' in run else [run]
         for n, piece in enumerate(pieces):

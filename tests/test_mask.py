@@ -300,3 +300,21 @@ def test_a_mention_past_the_horizon_leaves_the_digest_as_it_was() -> None:
     after = run(mask(), listing_log(*fillers, opened))[2].parts[0].content
     assert after == before
     assert '/repo/src/pkg/mod_41.py' not in after
+
+
+def test_paths_named_again_after_the_frontier_wait_for_it_so_a_longer_log_extends_the_view() -> None:
+    # The listing is masked at message 11; the agent opens a listed file at message 13, while the
+    # frontier stays put. The digest names that file only once the frontier passes message 13, so
+    # every request's view is the previous one plus the new messages, as a fresh compile gives.
+    fillers = [Tool('bash', {'command': f'echo {i}'}, str(i)) for i in range(4)]
+    opened = Tool('bash', {'command': 'cat src/pkg/mod_41.py'}, 'def parse(): ...')
+    log = listing_log(*fillers, opened, *(Tool('bash', {'command': f'echo {i}'}, str(i)) for i in range(6)))
+    live = mask(keep_recent=1, step=4)
+    named: list[bool] = []
+    for end in range(11, len(log) + 1, 2):
+        view = run(live, log[:end])
+        assert view == run(mask(keep_recent=1, step=4), log[:end]), f'request at message {end}'
+        assert _parts.marker(view[2].parts[0]) is not None
+        named.append('/repo/src/pkg/mod_41.py' in view[2].parts[0].content)
+    assert named[:3] == [False, False, False]
+    assert named[-1]

@@ -98,10 +98,11 @@ class MaskObservations(SyncPolicy):
     skip_seen_facts: bool = True
     """Leave out of a digest the paths and error lines the view already shows in an earlier message."""
     named_again_within: int = 20
-    """A path of a result that one of the next this many messages names again (spelt the same, or
-    one ending with the other) is listed in its digest right after those the call names: the agent
-    is still working with it (0: off). Bounded, so that a digest stops changing once the log has
-    grown this much: older digests, and the cached prompt prefix holding them, stay as they are."""
+    """A path of a result that one of the next this many messages (before the frontier) names
+    again, spelt the same or one ending with the other, is listed in its digest right after those
+    the call names: the agent is still working with it (0: off). Bounded, so that a digest stops
+    changing once the frontier is this far past it: older digests, and the cached prompt prefix
+    holding them, stay as they are."""
     _memo: IdentityMemo[Any] = field(default_factory=IdentityMemo[Any], init=False, repr=False, compare=False)
     _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -138,7 +139,7 @@ class MaskObservations(SyncPolicy):
                 shown = frozenset().union(
                     *(_facts.facts_in_text(_parts.part_text(p)) & seen for p in results)
                 )
-                again = self._named_again(messages, i, results)
+                again = self._named_again(messages, i, frontier, results)
                 key = (kept, shown, again, id(previous), counter_key(context.counter))
                 found = self._memo.get(message, key)
                 if found is None or found[0] is not previous:
@@ -199,14 +200,20 @@ class MaskObservations(SyncPolicy):
             found = self._memo.put(message, frozenset(keys), 'facts')
         return found  # type: ignore[no-any-return]
 
-    def _named_again(self, messages: list[ModelMessage], i: int, results: list[Any]) -> frozenset[str]:
-        """The paths of message `i`'s results that one of the next `named_again_within` messages names."""
+    def _named_again(
+        self, messages: list[ModelMessage], i: int, frontier: int, results: list[Any]
+    ) -> frozenset[str]:
+        """The paths of message `i`'s results that one of the next `named_again_within` messages names.
+
+        Only messages before the frontier are read: they stay the same while the frontier does, so
+        the view of a longer log is still the previous view plus the new messages.
+        """
         if self.named_again_within <= 0:
             return frozenset()
         paths = {path for p in results for path in _facts.extract_facts(_parts.part_text(p)).paths}
         if not paths:
             return frozenset()
-        following = tuple(messages[i + 1 : i + 1 + self.named_again_within])
+        following = tuple(messages[i + 1 : min(i + 1 + self.named_again_within, frontier)])
         # The same following messages (the same objects: the memo holds them) name the same paths.
         found = self._memo.get(messages[i], NAMED_AGAIN)
         if (

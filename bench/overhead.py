@@ -1,6 +1,8 @@
 """Compile-time overhead of every preset on synthetic histories of 100, 1,000 and 5,000 messages.
 
-Usage: `python bench/overhead.py [--sizes 100 1000 5000] [--requests 20] [--profile NAME ...] [--window N]`
+Usage: `python bench/overhead.py [--sizes 100 1000 5000] [--requests 20] [--profile NAME ...] [--window N]
+[--adversarial-kb 100 250 500 1000 2000 5000] [--adversarial-window 32000]` (an empty `--sizes` or
+`--adversarial-kb` skips that table)
 
 The synthetic history is a long coding-agent run: a shell tool, an editor that views and re-views a
 set of files, and a `think` tool, with large outputs (13 kB per shell or editor return, so about 25 MB
@@ -10,6 +12,14 @@ longer than the one before, one profile instance, one shared token counter) afte
 compile, and reports the median and p95 milliseconds per compile, the cold (first) compile, and the
 median per 1,000 messages, which stays flat when growth is linear. The garbage collector is
 frozen after building each history (see `main`).
+
+A second table (`--adversarial-kb`) times the first compile of a short coding run whose first tool
+result (old by then: trimmed and masked, its facts extracted) is one adversarial output of 100 kB to
+5 MB: a run of one letter (what a base-N dump, a minified blob or `'A' * n` looks like to a pattern)
+or a hex dump. Counting the output's tokens is part of that compile: with tiktoken (most of the
+time) and with the heuristic counter, the best of two fresh outputs each. The milliseconds per MB
+stay flat when compiling grows linearly with the output's size (issue 13: before the fix, with one
+100 kB run a compile took 0.3 s, 150 kB 28 s, 200 kB 149 s, and 5 MB did not finish in 13 minutes).
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import random
 import statistics
 import sys
 import time
@@ -35,12 +46,16 @@ from pydantic_ai.messages import (
 from rich.console import Console
 from rich.table import Table
 
-from pydantic_ai_context import TiktokenCounter, available_profiles, profile
+from pydantic_ai_context import HeuristicCounter, TiktokenCounter, TokenCounter, available_profiles, profile
 from pydantic_ai_context.replay import percentile
 
 SIZES = (100, 1_000, 5_000)
 OUTPUT_CHARS = 13_000
 FILES = 40
+ADVERSARIAL_KB = (100, 250, 500, 1_000, 2_000, 5_000)
+ADVERSARIAL_KINDS = ('run', 'hex')
+ADVERSARIAL_PROFILES = ('coding', 'chat', 'long_horizon')
+ADVERSARIAL_REPEATS = 2
 
 
 def synthetic_history(n_messages: int, *, output_chars: int = OUTPUT_CHARS) -> list[ModelMessage]:
@@ -134,12 +149,88 @@ async def measure(
     }
 
 
+def adversarial_output(kind: str, chars: int, *, seed: int) -> str:
+    """`chars` characters of one adversarial output: a run of one letter, or a hex dump."""
+    if kind == 'run':
+        return chr(ord('A') + seed % 26) * chars
+    return random.Random(seed).randbytes(chars // 2 + 1).hex()[:chars]
+
+
+def adversarial_history(output: str) -> list[ModelMessage]:
+    """A short coding run whose first tool result (old by the end: trimmed, then masked) is `output`."""
+    messages: list[ModelMessage] = [
+        ModelRequest(
+            parts=[SystemPromptPart('You are a coding agent.'), UserPromptPart('Why does it crash?')]
+        )
+    ]
+    for step in range(8):
+        output_here = output if step == 0 else _pytest_output(step, 2_000)
+        call = ToolCallPart('execute_bash', {'command': f'cat dump_{step}.bin'}, tool_call_id=f'c{step}')
+        messages.append(ModelResponse(parts=[TextPart(f'Step {step}.'), call]))
+        messages.append(
+            ModelRequest(parts=[ToolReturnPart('execute_bash', output_here, tool_call_id=f'c{step}')])
+        )
+    return messages
+
+
+async def _first_compile_ms(name: str, log: list[ModelMessage], counter: TokenCounter, window: int) -> float:
+    compiled = profile(name, context_window=window, counter=counter)
+    started = time.perf_counter()
+    await compiled.compile(log)
+    return (time.perf_counter() - started) * 1000
+
+
+async def adversarial_table(sizes_kb: Sequence[int], window: int) -> Table:
+    table = Table(
+        title=f'One adversarial tool output: the first compile after it arrives (window {window:,})',
+        title_justify='left',
+    )
+    columns = ('output', 'kind', 'profile', 'ms', 'ms / MB', 'ms, heuristic counter', 'ms / MB, heuristic')
+    for column in columns:
+        table.add_column(column, justify='left' if column in ('kind', 'profile') else 'right')
+    seed = 0
+    for kb in sizes_kb:
+        for kind in ADVERSARIAL_KINDS:
+            for name in ADVERSARIAL_PROFILES:
+                # A new output (and counter) for every measurement: nothing is remembered from an
+                # earlier one, so counting the output's tokens is part of the time, as in a run.
+                # The best of `ADVERSARIAL_REPEATS` keeps other processes' noise out.
+                times: dict[str, list[float]] = {'exact': [], 'heuristic': []}
+                for _ in range(ADVERSARIAL_REPEATS):
+                    for label, counter in (('exact', TiktokenCounter()), ('heuristic', HeuristicCounter())):
+                        seed += 1
+                        log = adversarial_history(adversarial_output(kind, kb * 1_000, seed=seed))
+                        times[label].append(await _first_compile_ms(name, log, counter, window))
+                exact, heuristic = min(times['exact']), min(times['heuristic'])
+                megabytes = kb / 1_000
+                table.add_row(
+                    f'{kb:,} kB',
+                    kind,
+                    name,
+                    f'{exact:,.0f}',
+                    f'{exact / megabytes:,.0f}',
+                    f'{heuristic:,.0f}',
+                    f'{heuristic / megabytes:,.0f}',
+                )
+    return table
+
+
 async def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument('--sizes', type=int, nargs='+', default=list(SIZES))
+    parser.add_argument(
+        '--sizes', type=int, nargs='*', default=list(SIZES), help='history sizes (none: skip)'
+    )
     parser.add_argument('--requests', type=int, default=20, help='timed compiles per size and preset')
     parser.add_argument('--profile', action='append', help='preset(s) (default: every preset)')
     parser.add_argument('--window', type=int, default=128_000)
+    parser.add_argument(
+        '--adversarial-kb',
+        type=int,
+        nargs='*',
+        default=list(ADVERSARIAL_KB),
+        help='sizes in kB of the adversarial output (none: skip that table)',
+    )
+    parser.add_argument('--adversarial-window', type=int, default=32_000)
     args = parser.parse_args(argv)
     console = Console(width=120)
     names = args.profile or available_profiles()
@@ -166,7 +257,11 @@ async def main(argv: Sequence[str] | None = None) -> int:
                 f'{row["p95_ms"]:.2f}',
                 f'{row["median_ms_per_1k_messages"]:.2f}',
             )
-    console.print(table)
+    if args.sizes:
+        console.print(table)
+    if args.adversarial_kb:
+        gc.unfreeze()
+        console.print(await adversarial_table(args.adversarial_kb, args.adversarial_window))
     return 0
 
 

@@ -179,6 +179,19 @@ def test_shell_write_in_between_is_detected() -> None:
     assert 'modified' not in old.content
 
 
+@pytest.mark.timeout(10, method='thread')
+def test_a_command_of_many_options_is_checked_for_writes_in_linear_time() -> None:
+    # `sed -sed -sed ...` made the write check rescan every option from every `sed` (quadratic).
+    cat_1 = Tool('bash', {'command': 'cat src/a.py'}, SOURCE)
+    long_sed = Tool('bash', {'command': 'sed ' + '-sed ' * 200_000 + 'src/a.py'}, '')
+    sed_in_place = Tool('bash', {'command': "sed -n -E -i 's/x/y/' src/a.py"}, '')
+    cat_2 = Tool('bash', {'command': 'cat src/a.py'}, SOURCE.replace('x', 'y'))
+    old = results(dedupe(history(cat_1, long_sed, cat_2, *filler())))[0]
+    assert 'modified' not in old.content
+    old = results(dedupe(history(cat_1, sed_in_place, cat_2, *filler())))[0]
+    assert 'after the file was modified' in old.content
+
+
 def test_whole_file_read_supersedes_older_ranges_but_not_the_reverse() -> None:
     part = Tool('str_replace_editor', {'command': 'view', 'path': 'a.py', 'view_range': [1, 40]}, SOURCE)
     whole = Tool('str_replace_editor', {'command': 'view', 'path': 'a.py'}, SOURCE + SOURCE)

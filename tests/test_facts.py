@@ -1,24 +1,42 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import warnings
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import RetryPromptPart, ToolCallPart, ToolReturnPart
 
-from pydantic_ai_context import _parts
+from pydantic_ai_context import _parts, replay
 from pydantic_ai_context._facts import (
+    SCAN_CHARS,
     call_summary,
     digest,
     extract_facts,
     fact_key,
     facts_in_digest,
     facts_in_text,
+    paths_in,
+    scanned_text,
 )
 
+from . import data
+from .reference_facts import PATH_RE as REFERENCE_PATH_RE
+from .reference_facts import REPLAY_PATH_RE, reference_exit_code, reference_facts
+
 BENCH_PATH = re.compile(r'(?:[\w.-]+/)+[\w.-]+\.[A-Za-z]\w{0,5}')
+# Pieces that make paths, near-paths and the separators between them, for generated text.
+PATH_PIECES = st.sampled_from(
+    [
+        *('src', 'a', 'Z', 'é', '9', '_', '-', 'py', '.py', '.c', '.1', 'x.tar.gz', '.pyc_cache12'),
+        *('/', '//', '///', '.', '..'),
+        *(' ', '\n', '"', "'", ':', '::', '(', ','),
+    ]
+)
+PATHLIKE_TEXT = st.lists(PATH_PIECES, max_size=30).map(''.join)
 
 
 def test_paths_unique_in_order_and_absolute_paths_keep_their_slash() -> None:
@@ -121,8 +139,12 @@ def test_digest_reads_exit_code_from_metadata_and_original_size_from_marker() ->
 def test_digest_caps_paths_and_errors() -> None:
     output = '\n'.join(f'pkg/mod_{i}.py: ValueError number {i}' for i in range(50))
     line = digest(None, ToolReturnPart('grep', output, tool_call_id='g'), max_paths=5, max_errors=3)
-    assert '(+47 more)' in line
     assert line.count('ValueError number') == 3
+    assert 'ValueError number 2 (+47 more); paths: ' in line
+    # The three listed error lines show mod_0 to mod_2; five paths follow; 42 are left.
+    assert line.endswith(
+        'paths: pkg/mod_3.py, pkg/mod_4.py, pkg/mod_5.py, pkg/mod_6.py, pkg/mod_7.py (+42 more)'
+    )
 
 
 def test_digest_does_not_repeat_paths_inside_longer_paths() -> None:
@@ -156,3 +178,104 @@ def test_digest_leaves_out_known_facts_and_facts_in_digest_reads_them_back() -> 
     assert '/repo/src/a.py' not in short
     assert 'ValueError' not in short
     assert 'src/b.py' in short
+
+
+@settings(max_examples=400, deadline=None)
+@given(PATHLIKE_TEXT)
+def test_paths_in_finds_what_searching_the_whole_text_found(text: str) -> None:
+    # The per-token match finds the old search's matches, in order, and so does replay's finder.
+    assert paths_in(text) == REFERENCE_PATH_RE.findall(text)
+    assert replay.paths_in(text) == REPLAY_PATH_RE.findall(text)
+
+
+def test_extraction_on_the_shipped_runs_is_unchanged_but_for_the_scan_window() -> None:
+    texts = [
+        part['content']
+        for path in data.TRAJECTORIES
+        for message in json.loads(path.read_bytes())
+        for part in message['parts']
+        if part['part_kind'] == 'tool-return' and isinstance(part['content'], str)
+    ]
+    assert any(len(t) > 2 * SCAN_CHARS for t in texts), 'no result exercises the scan window'
+    for text in texts:
+        facts = extract_facts(text)
+        scanned = scanned_text(text)
+        if len(text) <= 2 * SCAN_CHARS:
+            assert scanned is text
+        expected = reference_facts(scanned)
+        assert (facts.paths, facts.error_lines) == (expected.paths, expected.error_lines)
+        assert facts.exit_code == reference_exit_code(text)
+        # Without the window (as the replay measures facts), every path is found.
+        assert paths_in(text) == REFERENCE_PATH_RE.findall(text)
+
+
+def test_facts_come_from_the_head_and_tail_of_a_long_result() -> None:
+    head = 'Traceback (most recent call last):\n  File "/repo/src/head.py", line 1\n'
+    middle = ''.join(f'/repo/src/middle_{i}.py\n' for i in range(20_000))
+    tail = 'ValueError: at the end in /repo/src/tail.py\n[Command finished with exit code 3]'
+    text = head + middle + tail
+    facts = extract_facts(text)
+    assert '/repo/src/head.py' in facts.paths
+    assert '/repo/src/tail.py' in facts.paths
+    assert '/repo/src/middle_10000.py' not in facts.paths
+    assert facts.error_lines[0] == 'Traceback (most recent call last):'
+    assert facts.exit_code == 3
+    assert (facts.n_chars, facts.n_lines) == (len(text), text.count('\n') + 1)
+    scanned = scanned_text(text)
+    assert len(scanned) <= 2 * SCAN_CHARS + 1
+    # Cut at line ends: no path is cut in two (every scanned path is a whole line of the middle).
+    lines = set(text.splitlines())
+    assert all(p in lines or p in head + tail for p in paths_in(scanned))
+
+
+def test_a_path_longer_than_a_path_can_be_or_with_a_component_over_255_is_not_one() -> None:
+    assert paths_in('a/' * 3000 + 'b.py') == []
+    assert paths_in('x' * 300 + '/b.py and ok/b.py') == ['ok/b.py']
+
+
+def test_exit_codes_too_long_to_be_one_and_json_too_deep_to_parse_are_not_read() -> None:
+    assert extract_facts('exit code 12345678901234').exit_code is None
+    assert extract_facts('exit code 2147483647').exit_code == 2147483647
+    assert extract_facts('{"a":' * 100_000).exit_code is None  # json.loads raised RecursionError
+
+
+def test_digest_lists_errors_then_paths_named_in_the_call_then_the_first_others() -> None:
+    listing = '\n'.join(f'/repo/src/pkg/mod_{i}.py' for i in range(40))
+    output = f'{listing}\nImportError: cannot import name x from pkg.mod_1'
+    call = ToolCallPart('bash', {'command': 'ls -R /repo/src; python src/pkg/mod_38.py'}, tool_call_id='l')
+    line = digest(call, ToolReturnPart('bash', output, tool_call_id='l'), max_paths=3)
+    assert line.endswith(
+        '; errors: ImportError: cannot import name x from pkg.mod_1'
+        '; paths: /repo/src/pkg/mod_38.py, /repo/src/pkg/mod_0.py, /repo/src/pkg/mod_1.py (+37 more)'
+    )
+    preferred = digest(
+        call,
+        ToolReturnPart('bash', output, tool_call_id='l'),
+        max_paths=3,
+        prefer={'/repo/src/pkg/mod_20.py'},
+    )
+    assert preferred.endswith(
+        'paths: /repo/src/pkg/mod_38.py, /repo/src/pkg/mod_20.py, /repo/src/pkg/mod_0.py (+37 more)'
+    )
+    # The count covers only what the line does not show: a path inside a listed one is shown.
+    nested = digest(
+        None, ToolReturnPart('ls', '/tmp/x/a/b.py\na/b.py\nc/d.py\n', tool_call_id='n'), max_paths=1
+    )
+    assert nested.endswith('paths: /tmp/x/a/b.py (+1 more)')
+
+
+def test_facts_in_digest_reads_both_digest_layouts() -> None:
+    new = 'ok, 3 lines, ~9 tokens; errors: E1 went wrong | E2 went wrong (+4 more); paths: a/b.py (+2 more)'
+    old = (
+        'ok, 3 lines, ~9 tokens; paths: a/b.py (+2 more); errors: E1 went wrong | E2 went wrong (+1,204 more)'
+    )
+    assert facts_in_digest(new) == facts_in_digest(old) == {'a/b.py', 'E1 went wrong', 'E2 went wrong'}
+
+
+@pytest.mark.timeout(10, method='thread')
+def test_extraction_is_linear_on_separator_free_runs_and_long_gaps() -> None:
+    # Each of these took minutes to hours with patterns searched through the whole text.
+    for text in ('A' * 1_000_000, 'ab/' * 300_000, 'x-y_z.' * 150_000, 'exit code' + ' ' * 60_000 + 'x'):
+        assert extract_facts(text).paths == ()
+        assert paths_in(text) == replay.paths_in(text) == []
+    assert extract_facts('exit code' + ' ' * 64 + '7').exit_code == 7

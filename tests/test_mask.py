@@ -261,3 +261,60 @@ def test_recorded_trajectories(path: Path) -> None:
             assert error in text
     assert isinstance(view[-1], ModelRequest)
     assert not isinstance(view[0], ModelResponse)
+
+
+LISTING = '\n'.join(f'/repo/src/pkg/mod_{i}.py' for i in range(60))
+
+
+def listing_log(*later: Tool) -> list[ModelMessage]:
+    h = History().user('fix the parser', system='sys').step(Tool('ls', {'path': '/repo/src/pkg'}, LISTING))
+    for tool in later:
+        h.step(tool)
+    return h.build()
+
+
+def test_a_digest_lists_a_few_paths_and_counts_the_rest() -> None:
+    log = listing_log(*(Tool('bash', {'command': f'echo {i}'}, str(i)) for i in range(3)))
+    digest = run(mask(), log)[2].parts[0].content
+    assert digest.endswith(
+        'paths: ' + ', '.join(f'/repo/src/pkg/mod_{i}.py' for i in range(8)) + ' (+52 more)'
+    )
+    everything = run(mask(max_paths=100), log)[2].parts[0].content
+    assert all(f'/repo/src/pkg/mod_{i}.py' in everything for i in range(60))
+
+
+def test_paths_named_again_by_the_next_messages_are_listed_first() -> None:
+    # The agent goes on to open one file of the listing (spelt relative to the repository).
+    opened = Tool('bash', {'command': 'cat src/pkg/mod_41.py'}, 'def parse(): ...')
+    log = listing_log(opened, *(Tool('bash', {'command': f'echo {i}'}, str(i)) for i in range(3)))
+    digest = run(mask(), log)[2].parts[0].content
+    assert 'paths: /repo/src/pkg/mod_41.py, /repo/src/pkg/mod_0.py,' in digest
+    assert '/repo/src/pkg/mod_41.py' not in run(mask(named_again_within=0), log)[2].parts[0].content
+
+
+def test_a_mention_past_the_horizon_leaves_the_digest_as_it_was() -> None:
+    # Bounded, so a digest stops changing: the cached prefix that holds it stays valid.
+    fillers = [Tool('bash', {'command': f'echo {i}'}, str(i)) for i in range(12)]
+    opened = Tool('bash', {'command': 'cat src/pkg/mod_41.py'}, 'def parse(): ...')
+    before = run(mask(), listing_log(*fillers))[2].parts[0].content
+    after = run(mask(), listing_log(*fillers, opened))[2].parts[0].content
+    assert after == before
+    assert '/repo/src/pkg/mod_41.py' not in after
+
+
+def test_paths_named_again_after_the_frontier_wait_for_it_so_a_longer_log_extends_the_view() -> None:
+    # The listing is masked at message 11; the agent opens a listed file at message 13, while the
+    # frontier stays put. The digest names that file only once the frontier passes message 13, so
+    # every request's view is the previous one plus the new messages, as a fresh compile gives.
+    fillers = [Tool('bash', {'command': f'echo {i}'}, str(i)) for i in range(4)]
+    opened = Tool('bash', {'command': 'cat src/pkg/mod_41.py'}, 'def parse(): ...')
+    log = listing_log(*fillers, opened, *(Tool('bash', {'command': f'echo {i}'}, str(i)) for i in range(6)))
+    live = mask(keep_recent=1, step=4)
+    named: list[bool] = []
+    for end in range(11, len(log) + 1, 2):
+        view = run(live, log[:end])
+        assert view == run(mask(keep_recent=1, step=4), log[:end]), f'request at message {end}'
+        assert _parts.marker(view[2].parts[0]) is not None
+        named.append('/repo/src/pkg/mod_41.py' in view[2].parts[0].content)
+    assert named[:3] == [False, False, False]
+    assert named[-1]

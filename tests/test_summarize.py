@@ -25,6 +25,7 @@ from pydantic_ai_context import CompileContext, ContextBudget, HeuristicCounter,
 from pydantic_ai_context._parts import marker
 from pydantic_ai_context.policies.summarize import (
     SummarizeWindow,
+    escape_delimiters,
     render_transcript,
     summarize_window,
     summary_prompt,
@@ -201,6 +202,15 @@ def test_adversarial_tool_output_stays_inside_the_quoted_data() -> None:
     assert data.count('IGNORE PREVIOUS INSTRUCTIONS') >= 1
     assert '&lt;/transcript>' in data
     assert '&lt;previous_summary>' in data
+
+
+@pytest.mark.timeout(10, method='thread')
+def test_delimiters_are_escaped_in_linear_time_whatever_the_spacing() -> None:
+    # `<` then a long run of spaces made the old pattern try every split of the run (quadratic).
+    assert escape_delimiters('<' + ' ' * 1_000_000 + 'x').startswith('< ')
+    spaced = '<' + ' ' * 1_000 + '/ \t transcript>'
+    assert escape_delimiters(spaced) == '&lt;' + spaced[1:]
+    assert escape_delimiters('< / Focus> <focused> <b>') == '&lt; / Focus> <focused> <b>'
 
 
 def test_render_and_prompt_helpers() -> None:

@@ -5,6 +5,11 @@ established: which call it was, whether it worked (exit code), which files it me
 which errors it printed. `extract_facts` pulls those out of a result's text; `digest` writes
 them on one line, keeping paths and error lines verbatim so the agent (and the replay's fact
 retention measure) can still find them.
+
+Tool output is untrusted and can be megabytes long: every scan here is linear in the text's size
+whatever it holds (DESIGN.md invariant 11). Facts come from the ends of a result (`SCAN_CHARS`),
+paths are matched token by token (`paths_in`), and every other pattern has bounded, possessive
+repetitions.
 """
 
 from __future__ import annotations
@@ -22,8 +27,12 @@ from pydantic_ai.messages import RetryPromptPart, ToolCallPart
 from . import _parts
 
 __all__ = (
+    'DIGEST_ERRORS',
+    'DIGEST_PATHS',
     'ERROR_LINE_RE',
+    'MAX_PATH_CHARS',
     'PATH_RE',
+    'SCAN_CHARS',
     'Facts',
     'call_summary',
     'digest',
@@ -31,11 +40,36 @@ __all__ = (
     'fact_key',
     'facts_in_digest',
     'facts_in_text',
+    'file_key',
+    'path_tails',
+    'paths_in',
     'result_status',
+    'scanned_text',
 )
 
-PATH_RE: Final = re.compile(r'/?(?:[\w.-]+/)+[\w.-]+\.[A-Za-z]\w{0,5}')
-"""A file path with a directory and an extension; absolute paths keep their leading slash."""
+SCAN_CHARS: Final = 32_768
+"""Facts come from at most the first and the last this many characters of a text (32 kB each for
+ASCII text); the middle of a longer output is not scanned. Exit codes, tracebacks and test summaries
+sit at the ends of an output, and the bound keeps a multi-megabyte result (a log, a dump, a minified
+file) from costing more than a 64 kB one."""
+
+MAX_PATH_CHARS: Final = 4096
+"""A run of path characters longer than this (`PATH_MAX` on Linux) is a dump or a blob, not a path."""
+
+PATH_RE: Final = re.compile(r'/?(?:[\w.-]{1,255}/){1,2048}[\w.-]{1,255}\.[A-Za-z]\w{0,5}')
+"""A file path with a directory and an extension; absolute paths keep their leading slash.
+
+Matched only at the start of one path token (see `paths_in`), never searched through a text: every
+repetition is bounded (255 characters a component, `NAME_MAX`), and a token is matched once.
+"""
+
+_PATH_RUN_RE: Final = re.compile(r'(?<![\w./-])[\w.-]*+/[\w./-]*+')
+"""A maximal run of the characters a path holds (word characters, `.`, `-`, `/`) with a slash in it.
+
+Tried only where a run starts (the look-behind), and possessive: each run is read once, and a run
+without a slash (a word, a dump) is given up at its first other character.
+"""
+_SLASHES_RE: Final = re.compile(r'/{2,}')
 
 ERROR_LINE_RE: Final = re.compile(r'Error|Exception|FAILED|Traceback|error:|FAIL:')
 """A line reporting an error: tracebacks, exceptions, failed tests, compiler errors."""
@@ -43,12 +77,17 @@ ERROR_LINE_RE: Final = re.compile(r'Error|Exception|FAILED|Traceback|error:|FAIL
 ERROR_LINE_CHARS: Final = 120
 """Error lines are kept up to this many characters (the first ones: the exception type and message)."""
 
+# Each pattern starts with a literal, and every repetition after it is bounded and possessive
+# (`{0,64}+`: it never gives characters back), so a search never rescans a run: linear time.
+# `(?!\d)` turns down numbers too long to be an exit code rather than reading their first digits.
 _EXIT_CODE_RES: Final = (
-    re.compile(r'<returncode>\s*(-?\d+)\s*</returncode>'),
-    re.compile(r'\[Command finished with exit code (-?\d+)\]'),
-    re.compile(r'completed with exit code (-?\d+)'),
-    re.compile(r'\bexit(?:ed)?[ _]?(?:code|status)\s*[:=]?\s*(-?\d+)', re.IGNORECASE),
-    re.compile(r'\breturn ?code\s*[:=]\s*(-?\d+)', re.IGNORECASE),
+    re.compile(r'<returncode>\s{0,64}+(-?\d{1,10})\s{0,64}+</returncode>'),
+    re.compile(r'\[Command finished with exit code (-?\d{1,10})\]'),
+    re.compile(r'completed with exit code (-?\d{1,10})(?!\d)'),
+    re.compile(
+        r'\bexit(?:ed)?[ _]?(?:code|status)\s{0,64}+(?:[:=]\s{0,64}+)?(-?\d{1,10})(?!\d)', re.IGNORECASE
+    ),
+    re.compile(r'\breturn ?code\s{0,64}+[:=]\s{0,64}+(-?\d{1,10})(?!\d)', re.IGNORECASE),
 )
 _EXIT_KEYS: Final = ('exit_code', 'returncode', 'return_code', 'exit_status', 'exitcode', 'status_code')
 
@@ -105,13 +144,18 @@ class Facts:
 def extract_facts(text: str) -> Facts:
     """The execution facts of one tool result's text.
 
+    Paths, error lines and the exit code come from at most the first and the last `SCAN_CHARS`
+    characters (`scanned_text`); the sizes are those of the whole text. Linear in the text's size,
+    whatever it holds.
+
     Memoised: the log's strings are the same objects from one compile to the next, and a
     string caches its hash, so a repeated lookup costs no rescan.
     """
-    paths = tuple(dict.fromkeys(m.group(0) for m in PATH_RE.finditer(text)))
+    scanned = scanned_text(text)
+    paths = tuple(dict.fromkeys(paths_in(scanned)))
     errors: dict[str, None] = {}
-    if ERROR_LINE_RE.search(text):
-        for line in text.splitlines():
+    if ERROR_LINE_RE.search(scanned):
+        for line in scanned.splitlines():
             if ERROR_LINE_RE.search(line):
                 clipped = line.strip()[:ERROR_LINE_CHARS]
                 if len(clipped) > 8:
@@ -119,18 +163,68 @@ def extract_facts(text: str) -> Facts:
     return Facts(
         paths=paths,
         error_lines=tuple(errors),
-        exit_code=_exit_code_in_text(text),
+        exit_code=_exit_code_in_text(text, scanned),
         n_lines=text.count('\n') + 1 if text else 0,
         n_chars=len(text),
     )
 
 
-def _exit_code_in_text(text: str) -> int | None:
+def scanned_text(text: str) -> str:
+    """The part of `text` facts are taken from: all of it up to `2 * SCAN_CHARS` characters, else
+    its first and last `SCAN_CHARS` (each cut back to a whole line where one ends in its second half,
+    so no path or error line is cut in two) joined by a newline."""
+    if len(text) <= 2 * SCAN_CHARS:
+        return text
+    head = text[:SCAN_CHARS]
+    cut = head.rfind('\n')
+    if cut >= SCAN_CHARS // 2:
+        head = head[:cut]
+    tail = text[-SCAN_CHARS:]
+    cut = tail.find('\n')
+    if 0 <= cut < SCAN_CHARS // 2:
+        tail = tail[cut + 1 :]
+    return f'{head}\n{tail}'
+
+
+def paths_in(text: str) -> list[str]:
+    """The file paths in `text`, in order, duplicates kept; linear in the text's size.
+
+    A path lies inside a run of path characters (word characters, `.`, `-`, `/`); runs are found in
+    one pass and split at `//`, and each piece of at most `MAX_PATH_CHARS` characters is matched
+    once against `PATH_RE` at its start. This finds what searching the text with `PATH_RE` unbounded
+    would (every such match starts where a piece starts, and a piece holds one at most), without the
+    search's rescans of every start position inside a long run.
+
+    Example:
+        ```python
+        from pydantic_ai_context._facts import paths_in
+
+        text = 'File "/repo/src/app.py", line 3\nsee docs/a.md, http://x.org/b/c.html and ' + 'A' * 100_000
+        assert paths_in(text) == ['/repo/src/app.py', 'docs/a.md', '/x.org/b/c.html']
+        ```
+    """
+    found: list[str] = []
+    for run in _PATH_RUN_RE.findall(text):
+        if '.' not in run:
+            continue
+        pieces = _SLASHES_RE.split(run) if '//' in run else [run]
+        for n, piece in enumerate(pieces):
+            # The piece after a `//` starts at its last slash, as a search would start there.
+            token = f'/{piece}' if n else piece
+            if len(token) <= MAX_PATH_CHARS:
+                match = PATH_RE.match(token)
+                if match is not None:
+                    found.append(match.group())
+    return found
+
+
+def _exit_code_in_text(text: str, scanned: str) -> int | None:
     stripped = text.lstrip()
     if stripped.startswith('{'):
         try:
             loaded = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
+            # RecursionError: nesting deeper than the interpreter's stack (`{"a":{"a":...`).
             loaded = None
         if isinstance(loaded, Mapping):
             found = exit_code_in_mapping(loaded)
@@ -138,7 +232,7 @@ def _exit_code_in_text(text: str) -> int | None:
                 return found
     for pattern in _EXIT_CODE_RES:
         # The last statement wins: a session that ran several commands ends with the one that counts.
-        matches = pattern.findall(text)
+        matches = pattern.findall(scanned)
         if matches:
             return int(matches[-1])
     return None
@@ -255,6 +349,10 @@ def _size(lines: int, chars: int) -> str:
 
 PATHS_LABEL: Final = '; paths: '
 ERRORS_LABEL: Final = '; errors: '
+DIGEST_PATHS: Final = 8
+"""Paths a digest lists by default: those named in the call's arguments first, then the first others."""
+DIGEST_ERRORS: Final = 8
+"""Error lines a digest lists by default, in order."""
 _DIGEST_MEMO: dict[tuple[Any, ...], str] = {}
 _DIGEST_MEMO_SIZE: Final = 8192
 
@@ -263,21 +361,25 @@ def digest(
     call: ToolCallPart | None,
     result_part: Any,
     *,
-    max_paths: int = 128,
-    max_errors: int = 8,
+    max_paths: int = DIGEST_PATHS,
+    max_errors: int = DIGEST_ERRORS,
     prefix: str = '',
     max_call_len: int = 120,
     known: AbstractSet[str] = frozenset(),
+    prefer: AbstractSet[str] = frozenset(),
     with_call: bool = True,
 ) -> str:
     """One line with the execution facts of a tool call and its result.
 
     The line holds the call summary (unless `with_call=False`, for a digest that sits right
     after the call itself), the status (`ok`, `error`, `retried`, `denied`,
-    `interrupted`), the exit code when known, the size of the output, then the file paths and
-    error lines it mentioned, verbatim (at most `max_paths` and `max_errors`; a path already
-    inside a listed error line or longer path is not repeated, nor is a fact whose `fact_key`
-    is in `known`, e.g. because the view already shows it earlier).
+    `interrupted`), the exit code when known, the size of the output, then its facts verbatim,
+    capped in this order: the first `max_errors` error lines, then up to `max_paths` file paths
+    (those named in the call's arguments first, then those in `prefer`, e.g. because later
+    messages name them again, then the first others), each list followed by a count of the rest
+    (`(+41 more)`; the full result stays in the log). A path already inside a listed error line or
+    longer path is not repeated, nor is a fact whose `fact_key` is in `known`, e.g. because the
+    view already shows it earlier.
 
     Example:
         ```python
@@ -291,6 +393,11 @@ def digest(
         line = digest(call, result)
         assert line.startswith("execute_bash(command='pytest tests/test_io.py') → error, exit 1")
         assert 'FAILED tests/test_io.py::test_vla - AssertionError' in line
+
+        listing = '\\n'.join(f'src/pkg/mod_{i}.py' for i in range(40))
+        call = ToolCallPart('bash', {'command': 'ls src/pkg; cat src/pkg/mod_33.py'}, tool_call_id='c2')
+        line = digest(call, ToolReturnPart('bash', listing, tool_call_id='c2'), max_paths=3)
+        assert line.endswith('paths: src/pkg/mod_33.py, src/pkg/mod_0.py, src/pkg/mod_1.py (+37 more)')
         ```
     """
     text = _result_text(result_part)
@@ -303,6 +410,7 @@ def digest(
     )
     key = (
         hidden,
+        frozenset(p for p in facts.paths if p in prefer) if prefer else None,
         record.get('lines'),
         record.get('chars'),
         getattr(result_part, 'tool_call_id', None),
@@ -329,18 +437,79 @@ def digest(
     line = f'{prefix}{head} → {", ".join(bits)}' if with_call else f'{prefix}{", ".join(bits)}'
     all_errors = tuple(e for e in facts.error_lines if e not in hidden)
     all_paths = tuple(p for p in facts.paths if p not in hidden)
-    errors = all_errors[:max_errors]
-    listed = _paths_worth_listing(all_paths[: max_paths * 4], errors)
-    if listed:
-        more = len(all_paths) - max_paths if len(all_paths) > max_paths * 4 else len(listed) - max_paths
-        line += PATHS_LABEL + ', '.join(listed[:max_paths]) + (f' (+{more} more)' if more > 0 else '')
+    errors = all_errors[: max(max_errors, 0)]
     if errors:
-        more = len(all_errors) - len(errors)
-        line += ERRORS_LABEL + ' | '.join(errors) + (f' (+{more} more)' if more > 0 else '')
+        line += ERRORS_LABEL + _with_rest(' | '.join(errors), len(all_errors) - len(errors))
+    listed, rest = _paths_to_list(all_paths, errors, call, prefer, max_paths)
+    if listed or rest:
+        line += PATHS_LABEL + _with_rest(', '.join(listed), rest)
     if len(_DIGEST_MEMO) >= _DIGEST_MEMO_SIZE:
         _DIGEST_MEMO.clear()
     _DIGEST_MEMO[key] = line
     return line
+
+
+def _with_rest(listed: str, rest: int) -> str:
+    if rest <= 0:
+        return listed
+    return f'{listed} (+{rest:,} more)' if listed else f'(+{rest:,} more)'
+
+
+def _paths_to_list(
+    paths: tuple[str, ...],
+    errors: tuple[str, ...],
+    call: ToolCallPart | None,
+    prefer: AbstractSet[str],
+    max_paths: int,
+) -> tuple[list[str], int]:
+    """The paths a digest lists (named in the call, then preferred, then in order) and how many it leaves out."""
+    if not paths:
+        return [], 0
+    named = _named_in_call(paths, call)
+    ordered = sorted(paths, key=lambda p: 0 if p in named else 1 if p in prefer else 2)  # stable: in order
+    # Only the head of the order can be listed: looking further is work for paths never shown.
+    listed = _paths_worth_listing(tuple(ordered[: max(max_paths, 0) * 4]), errors)[: max(max_paths, 0)]
+    visible = '\n'.join((*errors, *listed))
+    rest = sum(1 for p in paths if p not in visible)
+    return listed, rest
+
+
+_TAIL_DEPTH: Final = 16
+"""Directories deep a path is compared from its end (`/repo/src/a/b.py` names `src/a/b.py`)."""
+
+
+def file_key(path: str) -> str:
+    """A path as a file lookup key: without a leading `/` or `./`."""
+    key = path.lstrip('/')
+    while key.startswith('./'):
+        key = key[2:]
+    return key
+
+
+def path_tails(key: str) -> list[str]:
+    """`key` and its endings after each of its last slashes that still hold a directory, so that
+    `repo/src/a/b.py` has `src/a/b.py` and `a/b.py` (but not `b.py`: any directory may hold one)."""
+    tails = [key]
+    end = len(key)
+    for _ in range(_TAIL_DEPTH):
+        cut = key.rfind('/', 0, end)
+        before = key.rfind('/', 0, cut) if cut > 0 else -1
+        if before < 0:
+            break
+        tails.append(key[before + 1 :])
+        end = cut
+    return tails
+
+
+def _named_in_call(paths: tuple[str, ...], call: ToolCallPart | None) -> frozenset[str]:
+    """The paths the call's arguments name, spelt the same or one ending with the other at a `/`."""
+    if call is None:
+        return frozenset()
+    keys = {file_key(p) for p in paths_in(scanned_text(_parts.args_text(call)))}
+    if not keys:
+        return frozenset()
+    tails = {t for k in keys for t in path_tails(k)}
+    return frozenset(p for p in paths if file_key(p) in tails or not keys.isdisjoint(path_tails(file_key(p))))
 
 
 def fact_key(fact: str) -> str:
@@ -361,7 +530,7 @@ def facts_in_text(text: str) -> frozenset[str]:
 
 
 _TEXT_FACTS: dict[str, frozenset[str]] = {}
-_MORE_RE: Final = re.compile(r' \(\+\d+ more\)$')
+_MORE_RE: Final = re.compile(r' ?\(\+[\d,]{1,20}+ more\)$')
 
 
 def facts_in_digest(line: str) -> frozenset[str]:
@@ -369,8 +538,12 @@ def facts_in_digest(line: str) -> frozenset[str]:
     keys = {fact_key(p) for p in extract_facts(line).paths}
     at = line.rfind(ERRORS_LABEL)
     if at >= 0:
-        errors = _MORE_RE.sub('', line[at + len(ERRORS_LABEL) :])
-        keys.update(errors.split(' | '))
+        errors = line[at + len(ERRORS_LABEL) :]
+        # The paths follow the errors (in an older digest, the errors came last).
+        end = errors.rfind(PATHS_LABEL)
+        if end >= 0:
+            errors = errors[:end]
+        keys.update(_MORE_RE.sub('', errors).split(' | '))
     return frozenset(keys)
 
 

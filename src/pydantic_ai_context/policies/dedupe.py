@@ -110,8 +110,11 @@ _OPTION_VALUES: Final = {
     'nl': frozenset({'-b', '-w', '-s', '-v', '-i', '-n'}),
 }
 _SHELL_META_RE: Final = re.compile(r'[;&<>`$]|\|\|')
+# Bounded, possessive repetitions: `sed -sed -sed ...` would otherwise rescan every option from every
+# `sed` (quadratic in the command's length). Eight options before `-i` is more than commands use.
 _SHELL_WRITE_RE: Final = re.compile(
-    r'>|\bsed\s+(?:-\w+\s+)*-i|\btee\b|\bmv\b|\bcp\b|\brm\b|\bpatch\b|\bgit\s+(?:apply|checkout|stash)'
+    r'>|\bsed\s{1,64}+(?:-\w{1,32}+\s{1,64}+){0,8}-i|\btee\b|\bmv\b|\bcp\b|\brm\b|\bpatch\b'
+    r'|\bgit\s{1,64}+(?:apply|checkout|stash)'
 )
 _HASH_MEMO: dict[str, str] = {}
 _HASH_MEMO_SIZE: Final = 8192

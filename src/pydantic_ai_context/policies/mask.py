@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -25,6 +26,8 @@ from ._frontier import (
 __all__ = ('DEFAULT_EXCLUDED_TOOLS', 'MaskObservations', 'mask_observations')
 
 MASKED: Final = 'masked'
+NAMED_AGAIN: Final = 'named_again'
+PATH_KEYS: Final = 'path_keys'
 
 DEFAULT_EXCLUDED_TOOLS: Final = frozenset({'think', 'task_tracker', 'todo_write', 'update_plan'})
 """Tools whose results stay: they echo the agent's own plan or thoughts, which masking must not hide."""
@@ -43,7 +46,9 @@ class MaskObservations(SyncPolicy):
 
     Each masked result keeps its `tool_call_id`, tool name and outcome; its content becomes one
     line such as `[output masked] execute_bash(command='pytest -q') → error, exit 1, 214 lines,
-    ~2,100 tokens; paths: src/io.py; errors: FAILED tests/test_io.py::test_vla - AssertionError`.
+    ~2,100 tokens; errors: FAILED tests/test_io.py::test_vla - AssertionError; paths: src/io.py`:
+    at most `max_errors` error lines, then at most `max_paths` paths (those the call's arguments
+    name first), each with a count of the rest.
     The agent's own reasoning and actions (every response) stay as they are, like SWE-agent's
     observation masking.
 
@@ -85,12 +90,19 @@ class MaskObservations(SyncPolicy):
     repeat_call: bool = False
     """Repeat the call's summary in the digest. Off by default: the call is in the response right
     before, so repeating it only costs tokens."""
-    max_paths: int = 128
-    """File paths listed in a digest."""
-    max_errors: int = 8
-    """Error lines listed in a digest."""
+    max_paths: int = _facts.DIGEST_PATHS
+    """File paths listed in a digest: those named in the call's arguments first, then the first
+    others; a count stands for the rest."""
+    max_errors: int = _facts.DIGEST_ERRORS
+    """Error lines listed in a digest (before any path); a count stands for the rest."""
     skip_seen_facts: bool = True
     """Leave out of a digest the paths and error lines the view already shows in an earlier message."""
+    named_again_within: int = 20
+    """A path of a result that one of the next this many messages (before the frontier) names
+    again, spelt the same or one ending with the other, is listed in its digest right after those
+    the call names: the agent is still working with it (0: off). Bounded, so that a digest stops
+    changing once the frontier is this far past it: older digests, and the cached prompt prefix
+    holding them, stay as they are."""
     _memo: IdentityMemo[Any] = field(default_factory=IdentityMemo[Any], init=False, repr=False, compare=False)
     _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -127,10 +139,11 @@ class MaskObservations(SyncPolicy):
                 shown = frozenset().union(
                     *(_facts.facts_in_text(_parts.part_text(p)) & seen for p in results)
                 )
-                key = (kept, shown, id(previous), counter_key(context.counter))
+                again = self._named_again(messages, i, frontier, results)
+                key = (kept, shown, again, id(previous), counter_key(context.counter))
                 found = self._memo.get(message, key)
                 if found is None or found[0] is not previous:
-                    new_message = self._mask_request(message, previous, kept, shown, context)
+                    new_message = self._mask_request(message, previous, kept, shown, again, context)
                     found = self._memo.put(message, (previous, new_message), key)
                 if found[1] is not message:
                     out[i] = found[1]
@@ -149,6 +162,7 @@ class MaskObservations(SyncPolicy):
         previous: ModelMessage | None,
         kept: frozenset[str],
         shown: frozenset[str],
+        again: frozenset[str],
         context: CompileContext,
     ) -> ModelRequest:
         # A valid view holds each result's call in the response right before it.
@@ -157,7 +171,7 @@ class MaskObservations(SyncPolicy):
         changed = False
         for j, part in enumerate(parts):
             if self._may_mask(part, kept):
-                new_part = self._mask(part, calls.get(part.tool_call_id), shown, context)
+                new_part = self._mask(part, calls.get(part.tool_call_id), shown, again, context)
                 if new_part is not None:
                     parts[j] = new_part
                     changed = True
@@ -186,8 +200,62 @@ class MaskObservations(SyncPolicy):
             found = self._memo.put(message, frozenset(keys), 'facts')
         return found  # type: ignore[no-any-return]
 
+    def _named_again(
+        self, messages: list[ModelMessage], i: int, frontier: int, results: list[Any]
+    ) -> frozenset[str]:
+        """The paths of message `i`'s results that one of the next `named_again_within` messages names.
+
+        Only messages before the frontier are read: they stay the same while the frontier does, so
+        the view of a longer log is still the previous view plus the new messages.
+        """
+        if self.named_again_within <= 0:
+            return frozenset()
+        paths = {path for p in results for path in _facts.extract_facts(_parts.part_text(p)).paths}
+        if not paths:
+            return frozenset()
+        following = tuple(messages[i + 1 : min(i + 1 + self.named_again_within, frontier)])
+        # The same following messages (the same objects: the memo holds them) name the same paths.
+        found = self._memo.get(messages[i], NAMED_AGAIN)
+        if (
+            found is not None
+            and len(found[0]) == len(following)
+            and all(map(operator.is_, found[0], following))
+        ):
+            return found[1]  # type: ignore[no-any-return]
+        keys: set[str] = set()
+        tails: set[str] = set()
+        for message in following:
+            named, endings = self._path_keys(message)
+            keys |= named
+            tails |= endings
+        again = frozenset(
+            path
+            for path in paths
+            if _facts.file_key(path) in tails or not keys.isdisjoint(_facts.path_tails(_facts.file_key(path)))
+        )
+        self._memo.put(messages[i], (following, again), NAMED_AGAIN)
+        return again
+
+    def _path_keys(self, message: ModelMessage) -> tuple[frozenset[str], frozenset[str]]:
+        """The `file_key`s of the paths a message names, and all their `path_tails`."""
+        found = self._memo.get(message, PATH_KEYS)
+        if found is None:
+            keys = frozenset(
+                _facts.file_key(path)
+                for part in message.parts
+                for path in _facts.extract_facts(_parts.part_text(part)).paths
+            )
+            tails = frozenset(t for key in keys for t in _facts.path_tails(key))
+            found = self._memo.put(message, (keys, tails), PATH_KEYS)
+        return found  # type: ignore[no-any-return]
+
     def _mask(
-        self, part: ToolReturnPart, call: ToolCallPart | None, shown: frozenset[str], context: CompileContext
+        self,
+        part: ToolReturnPart,
+        call: ToolCallPart | None,
+        shown: frozenset[str],
+        again: frozenset[str],
+        context: CompileContext,
     ) -> ToolReturnPart | None:
         line = _facts.digest(
             call,
@@ -196,6 +264,7 @@ class MaskObservations(SyncPolicy):
             max_errors=self.max_errors,
             prefix=self.prefix,
             known=shown,
+            prefer=again,
             with_call=self.repeat_call,
         )
         text = _parts.tool_content_text(part.content)

@@ -101,7 +101,8 @@ INCREMENTAL_CLAUSE: Final = (
     'drop what is stale or superseded, add what is new. Answer with the complete updated summary.'
 )
 
-_TAGS = re.compile(r'<(?=\s*/?\s*(?:transcript|previous_summary|focus)\b)', re.IGNORECASE)
+# Possessive (`*+`): `\s*/?\s*` could split a long run of spaces after `<` every way (quadratic).
+_TAGS = re.compile(r'<(?=\s*+(?:/\s*+)?(?:transcript|previous_summary|focus)\b)', re.IGNORECASE)
 
 
 def escape_delimiters(text: str) -> str:

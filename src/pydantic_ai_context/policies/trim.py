@@ -314,7 +314,7 @@ class TrimToolOutputs(SyncPolicy):
         return dataclasses.replace(message, parts=parts, metadata=metadata)
 
 
-_CLIP_NOTE: Final = re.compile(r'\[\.\.\. [\d,]+ more chars clipped by pydantic-ai-context\]$')
+_CLIP_NOTE: Final = re.compile(r'\[\.\.\. [\d,]{1,32}+ more chars clipped by pydantic-ai-context\]$')
 
 
 def _clip_value(key: str, value: str, max_chars: int) -> str | None:

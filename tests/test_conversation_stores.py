@@ -504,5 +504,5 @@ def test_docstring_example_runs(obj: Any) -> None:
 
     doc = inspect.getdoc(obj) or ''
     assert doc.split('\n')[0].endswith('.'), 'the docstring opens with one sentence'
-    [block] = re.findall(r'```python\n(.*?)```', doc, flags=re.DOTALL)
+    [block] = re.findall(r'```python[^\n]*\n(.*?)```', doc, flags=re.DOTALL)
     exec(compile(textwrap.dedent(block), f'<{obj.__name__} example>', 'exec'), {'__name__': 'example'})

@@ -199,7 +199,7 @@ def paths_in(text: str) -> list[str]:
         ```python
         from pydantic_ai_context._facts import paths_in
 
-        text = 'File "/repo/src/app.py", line 3\nsee docs/a.md, http://x.org/b/c.html and ' + 'A' * 100_000
+        text = 'File "/repo/src/app.py", line 3\\nsee docs/a.md, http://x.org/b/c.html and ' + 'A' * 100_000
         assert paths_in(text) == ['/repo/src/app.py', 'docs/a.md', '/x.org/b/c.html']
         ```
     """

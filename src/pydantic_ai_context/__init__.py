@@ -47,6 +47,7 @@ from .policies import (
     trim_tool_outputs,
 )
 from .profiles import ContextProfile, available_profiles, profile, register_profile
+from .readback import ContextArchive, MemoryReadbackStore, ReadbackStore, readback_toolset
 from .session import ContextSession, StoreSummaryCache
 from .settings import ContextSettings
 from .store import MemoryStore, SessionInfo, SessionStore, SqliteStore
@@ -57,6 +58,7 @@ __all__ = (
     'CompactResult',
     'CompactionEvent',
     'CompileContext',
+    'ContextArchive',
     'ContextBudget',
     'ContextBudgetExceeded',
     'ContextError',
@@ -76,9 +78,11 @@ __all__ = (
     'InMemorySummaryCache',
     'IsolateBoundaries',
     'MaskObservations',
+    'MemoryReadbackStore',
     'MemoryStore',
     'PairingReport',
     'Policy',
+    'ReadbackStore',
     'Repair',
     'RunSpan',
     'SessionInfo',
@@ -110,6 +114,7 @@ __all__ = (
     'normalize_with_repairs',
     'patch_dangling_tool_calls',
     'profile',
+    'readback_toolset',
     'register_profile',
     'resolve_context_window',
     'run_spans',

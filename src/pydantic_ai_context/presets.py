@@ -30,8 +30,9 @@ __all__ = ('chat', 'coding', 'long_horizon', 'transparent')
 
 
 def transparent(**settings: Any) -> ContextProfile:
-    """Normalize only: repairs broken histories and changes nothing else."""
-    return ContextProfile(name='transparent', steps=(), **_fields(settings))
+    """Normalize only: repairs broken histories and changes nothing else (so no read-back tools:
+    it writes no marker to read back)."""
+    return ContextProfile(name='transparent', steps=(), **{'readback': False, **_fields(settings)})
 
 
 def coding(

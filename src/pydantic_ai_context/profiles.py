@@ -23,10 +23,19 @@ from typing import TYPE_CHECKING, Any
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
+from pydantic_ai.toolsets import FunctionToolset
 
 from . import _tracing
+from ._parts import PYDANTIC_AI_MAJOR
 from .budget import ContextBudget
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
+from .readback import (
+    ContextArchive,
+    ReadbackStore,
+    readback_toolset,
+    shows_markers,
+    with_readback_instruction,
+)
 from .settings import default_profile_name, environment_overrides
 from .tokens import TokenCounter, default_counter, measure_context
 from .views import CompileContext, Step, compile_view, step_name
@@ -85,6 +94,11 @@ class ContextProfile(AbstractCapability[Any]):
     """
     settings: dict[str, Any] = field(default_factory=dict[str, Any])
     """The preset's own settings, as given (for display and `replace`)."""
+    readback: bool = True
+    """Contribute `read_context` and `search_context` (the capability's toolset, or `toolset`), and
+    the instruction that tells the model about them once its view holds a marker."""
+    readback_store: ReadbackStore | None = None
+    """The side store for originals the log the tools read cannot give (see `readback`); `None`: in memory."""
     events: collections.deque[CompactionEvent] = field(
         default_factory=lambda: collections.deque(maxlen=_EVENTS_KEPT), compare=False
     )
@@ -96,6 +110,12 @@ class ContextProfile(AbstractCapability[Any]):
     # The latest view and its run id: what that request was sent, to anchor the next gauge on the
     # provider's usage (see `tokens.measure_context`).
     _last_sent: tuple[str | None, list[ModelMessage]] | None = field(default=None, init=False, compare=False)
+    _archive: ContextArchive | None = field(default=None, init=False, compare=False)
+    _toolsets: dict[bool, FunctionToolset[Any]] = field(default_factory=dict, init=False, compare=False)
+    # Runs whose view has shown a marker: the instruction stays for the rest of the run.
+    _readback_runs: collections.OrderedDict[str, None] = field(
+        default_factory=collections.OrderedDict, init=False, compare=False
+    )
 
     def __repr__(self) -> str:
         chain = ' -> '.join(['normalize', *(step_name(s) for s in self.steps)])
@@ -125,11 +145,14 @@ class ContextProfile(AbstractCapability[Any]):
         *,
         model: Any = None,
         budget: ContextBudget | None = None,
+        whole_log: bool = False,
     ) -> list[ModelMessage]:
         """Compile the view of `messages` the model should receive. Works without a `RunContext`.
 
         `model` (default: the run's model) picks the token encoding and the context window;
-        `budget` overrides the budget this profile would resolve for it.
+        `budget` overrides the budget this profile would resolve for it. `whole_log`: `messages`
+        is the whole canonical log, and the read-back tools will read it (the 2.x capability);
+        otherwise the tool results the view shortens are kept in the side store for them.
 
         Never mutates `messages`; the same input gives the same view. Steps that change the view
         send `CompactionEvent`s to the handlers, a compile that changed the view records a
@@ -149,6 +172,7 @@ class ContextProfile(AbstractCapability[Any]):
             run_context=ctx,
             model=self.summary_model if self.summary_model is not None else model,
             log=messages,
+            originals=self.archive.sink(results=not whole_log) if self.readback else None,
         )
         happened: list[CompactionEvent] = []
 
@@ -240,8 +264,60 @@ class ContextProfile(AbstractCapability[Any]):
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Replace this request's messages with the compiled view; the run's history is untouched."""
-        request_context.messages = await self.compile(list(request_context.messages), ctx)
+        # pydantic-ai 1.x writes the view back to the run's history: the log is not whole there.
+        view = await self.compile(list(request_context.messages), ctx, whole_log=PYDANTIC_AI_MAJOR >= 2)
+        request_context.messages = view
+        self._add_readback_instruction(ctx, request_context, view)
         return request_context
+
+    # --- reading back ---------------------------------------------------------------------------
+
+    @property
+    def archive(self) -> ContextArchive:
+        """The side store of originals this profile's markers name, behind `read_context`."""
+        if self._archive is None:
+            self._archive = ContextArchive(self.readback_store)
+        return self._archive
+
+    def get_toolset(self) -> FunctionToolset[Any] | None:
+        """As a capability: `read_context` and `search_context` (the instruction comes with the view)."""
+        return self._readback_toolset(instructions=False) if self.readback else None
+
+    @property
+    def toolset(self) -> FunctionToolset[Any]:
+        """`read_context` and `search_context` for an agent that compiles through `history_processors`
+        (pydantic-ai 1.x), `process_history()` or `compile()`: `Agent(..., toolsets=[p.toolset])`.
+
+        It carries the read-back instruction for requests whose history holds a marker. Not needed
+        (and a name clash) with the profile as a capability, which contributes the same tools.
+        """
+        return self._readback_toolset(instructions=True)
+
+    def _readback_toolset(self, *, instructions: bool) -> FunctionToolset[Any]:
+        found = self._toolsets.get(instructions)
+        if found is None:
+            found = self._toolsets[instructions] = readback_toolset(self.archive, instructions=instructions)
+        return found
+
+    def _add_readback_instruction(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext, view: Sequence[ModelMessage]
+    ) -> None:
+        """Add the read-back instruction from the first request whose view shows a marker, then to every
+        request of that run: the same text each time, so the cached prefix holding it stays valid."""
+        if not self.readback:
+            return
+        run_id = getattr(ctx, 'run_id', None)
+        if run_id is None or run_id not in self._readback_runs:
+            if not shows_markers(view):
+                return
+            if run_id is not None:
+                self._readback_runs[run_id] = None
+                while len(self._readback_runs) > 1_024:
+                    self._readback_runs.popitem(last=False)
+        params = request_context.model_request_parameters
+        request_context.model_request_parameters = dataclasses.replace(
+            params, instruction_parts=with_readback_instruction(params.instruction_parts)
+        )
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -279,6 +355,8 @@ class ContextProfile(AbstractCapability[Any]):
 
     def _overrides(self) -> dict[str, Any]:
         base = {
+            'readback': self.readback,
+            'readback_store': self.readback_store,
             'context_window': self.context_window,
             'reserved_output': self.reserved_output,
             'reserved_system': self.reserved_system,
@@ -301,6 +379,8 @@ _COMMON = frozenset(
         'counter',
         'summary_model',
         'on_event',
+        'readback',
+        'readback_store',
     }
 )
 

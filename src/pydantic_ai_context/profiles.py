@@ -53,7 +53,9 @@ class ContextProfile(AbstractCapability[Any]):
     """Settings plus an ordered chain of policies that compiles the model's view of a conversation.
 
     Print a profile to see its chain. Use it as a pydantic-ai capability (2.x, non-destructive),
-    through `history_processors` (1.x), or call `compile` directly.
+    through `history_processors` (1.x), or call `compile` directly. Its markers name refs that
+    the `read_context` / `search_context` tools read back: the capability contributes them,
+    `toolset` carries them for the other integrations (see `readback`).
 
     Example:
         ```python

@@ -28,12 +28,11 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_context import ContextBudgetExceeded, ContextProfile, HeuristicCounter, _search, profile
-from pydantic_ai_context._markers import span_ref
+from pydantic_ai_context._markers import conversation_key, span_ref
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, is_failed_result, marker, part_text
+from pydantic_ai_context.archive import ContextArchive, MemoryReadbackStore
 from pydantic_ai_context.readback import (
     READBACK_INSTRUCTION,
-    ContextArchive,
-    MemoryReadbackStore,
     read_context,
     search_context,
     shows_markers,
@@ -169,7 +168,8 @@ async def test_agent_reads_back_a_masked_read_and_searches_another(path: str) ->
         assert logged.content == FILES['src/mod_0.py']
     else:
         assert marker(logged)['kind'] == 'masked'
-        assert p.archive.result('c1') == ('read_file', FILES['src/mod_0.py'])
+        kept = p.archive.result('c1', conversation=conversation_key(result.all_messages()))
+        assert kept == ('read_file', FILES['src/mod_0.py'])
 
 
 @pytest.mark.parametrize('path', ['capability', 'history_processors'])
@@ -371,6 +371,32 @@ async def test_invariants_hold_and_every_ref_resolves(log: list[ModelMessage]) -
         read_context(ref, view, p.archive, limit=100_000)
 
 
+async def test_one_profile_keeps_conversations_apart() -> None:
+    """A profile serving two conversations (1.x-style, side store) never reads one's originals in the other."""
+    p = make('coding', 128_000, keep_recent=1, step=1)
+    logs = []
+    for who in ('alice', 'bob'):
+        h = History().user(f'read the notes of {who}')
+        for i in range(4):
+            h.step(
+                Tool(
+                    'read_file',
+                    {'path': f'{who}/n{i}.md'},
+                    f'{who.upper()}-SECRET-{i}\n' + 'x\n' * 80,
+                    id=f'c{i}',
+                )
+            )
+        logs.append(await p.compile(h.build()))
+    alice, bob = logs
+    assert (
+        marker(result_with_id(alice, 'c0'))['kind'] == marker(result_with_id(bob, 'c0'))['kind'] == 'masked'
+    )
+    assert 'ALICE-SECRET-0' in read_context('c0', alice, p.archive)
+    assert 'BOB-SECRET-0' in read_context('c0', bob, p.archive)
+    with pytest.raises(ModelRetry, match='nothing earlier'):
+        search_context('ALICE', bob, p.archive)
+
+
 # --- never recursive, never compacted -------------------------------------------------------------
 
 
@@ -393,7 +419,7 @@ async def test_readback_results_are_never_compacted_nor_read_back() -> None:
         read_context('r1', log)
     # A span holding a read-back shows a reference, not a second copy.
     archive = ContextArchive()
-    archive.keep_span('s1', log[3:5])
+    archive.keep_span('s1', log[3:5], conversation=conversation_key(log))
     assert '(a read-back result; not repeated)' in read_context('s1', log, archive)
     assert search_context('src big py', log).count('- r') == 0, 'read-back results are not searched'
 

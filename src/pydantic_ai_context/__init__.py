@@ -7,6 +7,7 @@ conversation (the canonical log) stays intact for the application.
 from __future__ import annotations
 
 from . import presets as _presets  # noqa: F401  (registers the presets)
+from .archive import ContextArchive, MemoryReadbackStore, ReadbackStore
 from .budget import ContextBudget, resolve_context_window
 from .commands import CompactResult, HistoryStats, clear, compact, compact_result, history_stats
 from .errors import (
@@ -47,7 +48,7 @@ from .policies import (
     trim_tool_outputs,
 )
 from .profiles import ContextProfile, available_profiles, profile, register_profile
-from .readback import ContextArchive, MemoryReadbackStore, ReadbackStore, readback_toolset
+from .readback import readback_toolset
 from .session import ContextSession, StoreSummaryCache
 from .settings import ContextSettings
 from .store import MemoryStore, SessionInfo, SessionStore, SqliteStore

@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from . import _parts
 
@@ -98,6 +98,24 @@ def mark_result(
 def keep_span(originals: OriginalsSink | None, ref: str, items: Sequence[ModelMessage | str]) -> None:
     if originals is not None:
         originals.keep_span(ref, items)
+
+
+def conversation_key(messages: Sequence[ModelMessage]) -> str:
+    """Which conversation a log (or any view of it) belongs to: a digest of its first user prompt
+    and that prompt's timestamp, which every view keeps verbatim (DESIGN.md invariant 1).
+
+    Originals are kept per conversation, so one profile serving many conversations never reads
+    back, or searches, one conversation's originals from another.
+    """
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            continue
+        for part in message.parts:
+            if isinstance(part, UserPromptPart):
+                stamp = part.timestamp.isoformat() if part.timestamp is not None else ''
+                text = f'{stamp}\x00{_parts.user_content_text(part.content)}'
+                return 'v' + hashlib.blake2b(text.encode('utf-8', 'surrogatepass'), digest_size=6).hexdigest()
+    return ''
 
 
 # --- span ids ---------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import ModelMessage
 
 from . import _markers, _parts
-from .readback import ContextArchive, read_context, search_context
+from .archive import ContextArchive
+from .readback import read_context, search_context
 from .tokens import TokenCounter
 from .views import run_spans
 
@@ -88,15 +89,16 @@ class Reach:
 class SpanCalls:
     """The tool call ids inside each span of an archive (spans never change under a ref)."""
 
-    def __init__(self, archive: ContextArchive) -> None:
+    def __init__(self, archive: ContextArchive, conversation: str) -> None:
         self.archive = archive
+        self.conversation = conversation
         self._calls: dict[str, frozenset[str]] = {}
 
     def of(self, ref: str, depth: int = 0) -> frozenset[str]:
         found = self._calls.get(ref)
         if found is not None:
             return found
-        items = self.archive.span(ref) if depth < 8 else None
+        items = self.archive.span(ref, conversation=self.conversation) if depth < 8 else None
         calls: set[str] = set()
         for item in items or ():
             if isinstance(item, str):
@@ -146,7 +148,7 @@ class RecallLedger:
     ) -> None:
         self.facts = facts
         self.log = log
-        self.spans = SpanCalls(archive) if archive is not None else None
+        self.spans = SpanCalls(archive, _markers.conversation_key(log)) if archive is not None else None
         self.counter = counter
         self._runs = run_spans(log)
         self._kept: list[tuple[int, int, str]] = []

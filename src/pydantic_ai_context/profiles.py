@@ -27,15 +27,10 @@ from pydantic_ai.toolsets import FunctionToolset
 
 from . import _tracing
 from ._parts import PYDANTIC_AI_MAJOR
+from .archive import ContextArchive, ReadbackStore
 from .budget import ContextBudget
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
-from .readback import (
-    ContextArchive,
-    ReadbackStore,
-    readback_toolset,
-    shows_markers,
-    with_readback_instruction,
-)
+from .readback import readback_toolset, shows_markers, with_readback_instruction
 from .settings import default_profile_name, environment_overrides
 from .tokens import TokenCounter, default_counter, measure_context
 from .views import CompileContext, Step, compile_view, step_name
@@ -174,7 +169,7 @@ class ContextProfile(AbstractCapability[Any]):
             run_context=ctx,
             model=self.summary_model if self.summary_model is not None else model,
             log=messages,
-            originals=self.archive.sink(results=not whole_log) if self.readback else None,
+            originals=self.archive.sink(messages, results=not whole_log) if self.readback else None,
         )
         happened: list[CompactionEvent] = []
 

@@ -1,4 +1,4 @@
-"""Read back what a view left out: `read_context` and `search_context`, and where originals are kept.
+"""Read back what a view left out: `read_context`, `search_context`, the toolset and the instruction.
 
 Every marker a policy writes names a ref (`[original: read_context('<ref>')]`): a tool result by
 its `tool_call_id`, a span of messages (a dropped span, a summarised middle, a finished run's
@@ -9,26 +9,20 @@ trace) by a short stable id. The tools find the original:
 - a span in the side store (its messages as the view held them; their tool results are read
   back from the log or the store again, so a span reads back whole).
 
-The side store (`ReadbackStore`: `get`/`put` of text by key) holds what the log the tools read
-cannot give: spans always, tool results where the view replaces the run's history (pydantic-ai
-1.x `history_processors`, `process_history()`, a compiled view sent as the history). In memory by
-default (`MemoryReadbackStore`); a persistent store plugs in through the same two methods.
+The side store (`archive.ContextArchive`) holds what the log the tools read cannot give.
 """
 
 from __future__ import annotations
 
-import collections
-import json
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final
 
 from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import (
     InstructionPart,
     ModelMessage,
-    ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
     SystemPromptPart,
@@ -39,15 +33,13 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from . import _parts, _search
-from ._markers import READ_CONTEXT, SEARCH_CONTEXT, has_ref, is_readback, ref_of
+from ._markers import READ_CONTEXT, SEARCH_CONTEXT, conversation_key, has_ref, is_readback, ref_of
+from .archive import ContextArchive
 
 __all__ = (
     'READBACK_INSTRUCTION',
     'READ_CONTEXT',
     'SEARCH_CONTEXT',
-    'ContextArchive',
-    'MemoryReadbackStore',
-    'ReadbackStore',
     'read_context',
     'readback_toolset',
     'search_context',
@@ -72,193 +64,7 @@ PAGE_CHARS: Final = 20_000
 SEARCH_HITS: Final = 5
 MAX_SEARCH_HITS: Final = 20
 
-_RESULT_KEY: Final = 'pydantic_ai_context/readback/result/'
-_SPAN_KEY: Final = 'pydantic_ai_context/readback/span/'
 _MAX_DEPTH: Final = 8
-
-
-# --- where originals are kept -------------------------------------------------------------------
-
-
-@runtime_checkable
-class ReadbackStore(Protocol):
-    """The side store: text by key. Values are JSON written by `ContextArchive`.
-
-    Two methods, so a persistent store (a session's, a key-value service's) plugs in as is. Their
-    errors are logged and treated as a miss: a failing store never breaks a run.
-    """
-
-    def get(self, key: str) -> str | None:
-        """The value stored under `key`, or None."""
-        ...
-
-    def put(self, key: str, value: str) -> None:
-        """Store `value` under `key` (a later put of the same key may replace it)."""
-        ...
-
-
-class MemoryReadbackStore:
-    """The default side store: a dict in memory, oldest entries evicted past `max_chars`.
-
-    Example:
-        ```python
-        from pydantic_ai_context.readback import MemoryReadbackStore
-
-        store = MemoryReadbackStore(max_chars=10)
-        store.put('a', '12345'); store.put('b', '67890'); store.put('c', 'x')
-        assert store.get('a') is None and store.get('b') == '67890' and len(store) == 2
-        ```
-    """
-
-    def __init__(self, *, max_chars: int = 64_000_000) -> None:
-        if max_chars < 1:
-            raise ValueError(f'max_chars must be >= 1, got {max_chars}')
-        self.max_chars = max_chars
-        self._entries: collections.OrderedDict[str, str] = collections.OrderedDict()
-        self._chars = 0
-
-    def get(self, key: str) -> str | None:
-        return self._entries.get(key)
-
-    def put(self, key: str, value: str) -> None:
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self._chars -= len(old)
-        self._entries[key] = value
-        self._chars += len(value)
-        while self._chars > self.max_chars and len(self._entries) > 1:
-            _, dropped = self._entries.popitem(last=False)
-            self._chars -= len(dropped)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-@dataclass(frozen=True)
-class _Sink:
-    """What one compile hands its policies: spans always, tool results unless the log is whole."""
-
-    archive: ContextArchive
-    results: bool
-
-    def keep_result(self, ref: str, part: Any) -> None:
-        if self.results:
-            self.archive.keep_result(ref, part)
-
-    def keep_span(self, ref: str, items: Sequence[ModelMessage | str]) -> None:
-        self.archive.keep_span(ref, items, results=self.results)
-
-
-class ContextArchive:
-    """A profile's side store of originals, by ref: what `read_context` reads where the log cannot.
-
-    Example:
-        ```python
-        from pydantic_ai.messages import ToolReturnPart
-
-        from pydantic_ai_context.readback import ContextArchive
-
-        archive = ContextArchive()
-        archive.keep_result('c1', ToolReturnPart('read_file', 'line 1\\nline 2', tool_call_id='c1'))
-        assert archive.result('c1') == ('read_file', 'line 1\\nline 2')
-        assert archive.result('c2') is None
-        ```
-    """
-
-    def __init__(self, store: ReadbackStore | None = None) -> None:
-        self.store: ReadbackStore = store if store is not None else MemoryReadbackStore()
-        self._written: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._spans: collections.OrderedDict[str, None] = collections.OrderedDict()
-
-    def sink(self, *, results: bool) -> _Sink:
-        """The sink for one compile; `results=False` when the log the tools read is whole."""
-        return _Sink(self, results)
-
-    def keep_result(self, ref: str, part: Any) -> None:
-        """Keep the original of tool result `part` under `ref` (once per ref)."""
-        key = _RESULT_KEY + ref
-        if key in self._written or is_readback(part):
-            return
-        value = {
-            'tool': getattr(part, 'tool_name', None) or '',
-            'text': _parts.tool_content_text(part.content),
-        }
-        self._put(key, json.dumps(value, ensure_ascii=False))
-
-    def keep_span(self, ref: str, items: Sequence[ModelMessage | str], *, results: bool = True) -> None:
-        """Keep the messages span `ref` stands for (once per ref); a `str` item is an earlier span's ref.
-
-        With `results`, the span's own (not yet shortened) tool results are kept by `tool_call_id`
-        too: dropping the span takes them out of the history.
-        """
-        self._spans[ref] = None
-        self._spans.move_to_end(ref)
-        while len(self._spans) > 10_000:
-            self._spans.popitem(last=False)
-        key = _SPAN_KEY + ref
-        if key in self._written:
-            return
-        encoded: list[Any] = []
-        for item in items:
-            if isinstance(item, str):
-                encoded.append({'ref': item})
-                continue
-            encoded.append(ModelMessagesTypeAdapter.dump_python([item], mode='json')[0])
-            if results:
-                for part in _parts.tool_results(item):
-                    if _parts.marker(part) is None and not is_readback(part):
-                        self.keep_result(part.tool_call_id, part)
-        self._put(key, json.dumps({'items': encoded}, ensure_ascii=False))
-
-    def result(self, ref: str) -> tuple[str, str] | None:
-        """(tool name, original text) of the tool result `ref`, or None."""
-        value = self._get(_RESULT_KEY + ref)
-        if value is None:
-            return None
-        return str(value.get('tool', '')), str(value.get('text', ''))
-
-    def span(self, ref: str) -> list[ModelMessage | str] | None:
-        """The items of span `ref` (messages, and refs of earlier spans), or None."""
-        value = self._get(_SPAN_KEY + ref)
-        if value is None:
-            return None
-        out: list[ModelMessage | str] = []
-        for item in value.get('items', []):
-            if isinstance(item, dict) and set(item) == {'ref'}:
-                out.append(str(item['ref']))
-            else:
-                out.extend(ModelMessagesTypeAdapter.validate_python([item]))
-        return out
-
-    @property
-    def span_refs(self) -> list[str]:
-        """Refs of the spans kept by this process, oldest first (for `search_context`)."""
-        return list(self._spans)
-
-    def _put(self, key: str, value: str) -> None:
-        try:
-            self.store.put(key, value)
-        except Exception:  # a user's store: logged, never breaks the compile
-            logger.warning('read-back store failed to keep %s', key, exc_info=True)
-            return
-        self._written[key] = None
-        while len(self._written) > 100_000:
-            self._written.popitem(last=False)
-
-    def _get(self, key: str) -> dict[str, Any] | None:
-        try:
-            raw = self.store.get(key)
-        except Exception:
-            logger.warning('read-back store failed to read %s', key, exc_info=True)
-            return None
-        if raw is None:
-            return None
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            logger.warning('read-back store holds invalid JSON under %s', key)
-            return None
-        return value if isinstance(value, dict) else None
 
 
 # --- resolving a ref ------------------------------------------------------------------------------
@@ -286,7 +92,7 @@ def _result_text(
     part = _find_result(ref, log)
     if part is not None and _parts.marker(part) is None:
         return part.tool_name or '', _parts.part_text(part)
-    kept = archive.result(ref) if archive is not None else None
+    kept = archive.result(ref, conversation=conversation_key(log)) if archive is not None else None
     if kept is not None:
         return kept
     return None
@@ -302,7 +108,7 @@ def _resolve(ref: str, log: Sequence[ModelMessage], archive: ContextArchive | No
     found = _result_text(ref, log, archive)
     if found is not None:
         return _Original(f'{found[0] or "tool"} result', found[1])
-    items = archive.span(ref) if archive is not None else None
+    items = archive.span(ref, conversation=conversation_key(log)) if archive is not None else None
     if items is not None:
         lines = [line for _, chunk in _render_span(items, log, archive, depth=0) for line in chunk]
         n = sum(1 for item in items if not isinstance(item, str))
@@ -325,7 +131,11 @@ def _render_span(
     """Each message of a span as text lines (nested spans expanded), with the message it came from."""
     for item in items:
         if isinstance(item, str):
-            nested = archive.span(item) if archive is not None and depth < _MAX_DEPTH else None
+            nested = (
+                archive.span(item, conversation=conversation_key(log))
+                if archive is not None and depth < _MAX_DEPTH
+                else None
+            )
             if nested is None:
                 yield None, [f'(earlier span {item}: no longer available)']
             else:
@@ -460,9 +270,10 @@ def _documents(log: Sequence[ModelMessage], archive: ContextArchive | None) -> l
             span_refs[ref] = None
     if archive is None:
         return docs
-    span_refs.update(dict.fromkeys(archive.span_refs))
+    conversation = conversation_key(log)
+    span_refs.update(dict.fromkeys(archive.span_refs(conversation)))
     for ref in span_refs:
-        items = archive.span(ref)
+        items = archive.span(ref, conversation=conversation)
         if items is None:
             continue
         at = 0

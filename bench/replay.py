@@ -3,6 +3,8 @@
 Usage: `python bench/replay.py [FILE_OR_DIR ...] [--window 128000 --window 32000] [--profile NAME ...]
 [--transparent] [--no-harness] [--json OUT]`
 
+A profile may carry settings: `--profile 'coding(keep_recent=1, step=1)'`.
+
 Default input: every `*.json` in `tests/data/trajectories/` (the recorded runs the repository ships).
 Each file is replayed through `none` (the input as is), every preset of `available_profiles()`
 except `transparent` (add it with `--transparent`), and, when `pydantic_ai_harness` is importable
@@ -21,13 +23,17 @@ compacted history from one request to the next, as a real run would.
 
 Numbers per file and window: input tokens, cache-weighted cost (uncached x1.0, cached x0.1,
 summariser input x1.0 and output x4.0), its ratio to `none`, peak view tokens, requests over the
-window, fact retention, needed-fact retention, median compile ms. Then the geometric mean of the
-ratios to `none` across files, per profile and window.
+window, fact retention, needed-fact retention, median compile ms, the recall-charged cost (one
+read-back round trip per request whose recorded response uses a fact the view lacks: see
+`pydantic_ai_context._recall`) and the share of needed facts shown or recoverable by read-back.
+Then the geometric mean of the ratios to `none` across files, per profile and window.
+`bench/readback.py` compares read-back settings.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import functools
 import json
@@ -151,6 +157,16 @@ def harness_factories(window: int, tokenizer: Callable[[str], int]) -> dict[str,
 # --- running ----------------------------------------------------------------------------------
 
 
+def profile_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """`'coding(keep_recent=1, step=1)'` -> `('coding', {'keep_recent': 1, 'step': 1})`; a bare name has no settings."""
+    node = ast.parse(spec, mode='eval').body
+    if isinstance(node, ast.Name):
+        return node.id, {}
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
+        return node.func.id, {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
+    raise ValueError(f'not a profile spec: {spec!r} (expected NAME or NAME(setting=value, ...))')
+
+
 def input_files(paths: Sequence[str]) -> list[Path]:
     found: list[Path] = []
     for raw in paths or [str(DEFAULT_DIR)]:
@@ -172,15 +188,17 @@ async def replay_file(
     out: dict[int, dict[str, ReplayResult]] = {}
     for window in windows:
         compilers: dict[str, Callable[[], ViewCompiler | None]] = {'none': lambda: None}
-        for name in profiles:
+        for spec in profiles:
+            name, settings = profile_spec(spec)
             # Summarising presets get the deterministic extractive summariser: offline, and its
             # calls are charged like a real model's (input x1.0, output x4.0).
-            compilers[name] = functools.partial(
+            compilers[spec] = functools.partial(
                 profile,
                 name,
                 context_window=window,
                 counter=counter,
                 summary_model=extractive_summary_model(),
+                **settings,
             )
         if harness:
             compilers.update(harness_factories(window, counter.count_text))
@@ -218,6 +236,8 @@ def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
         'over',
         'facts',
         'needed',
+        'recall',
+        'n|r',
         'sum calls',
         'ms (med)',
     ):
@@ -232,6 +252,8 @@ def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
             f'{result.requests_over_window}' + (f' ({result.errors} err)' if result.errors else ''),
             _pct(result.fact_retention),
             _pct(result.needed_fact_retention),
+            f'{result.recall_charged_cost / base.cost:.3f}',
+            _pct(result.needed_or_recoverable),
             f'{result.summary_calls}',
             f'{result.compile_ms_median:.2f}',
         )
@@ -262,6 +284,15 @@ def summary_rows(all_results: dict[str, dict[int, dict[str, ReplayResult]]]) -> 
                     'fact_retention': statistics.fmean(res.fact_retention for res, _ in pairs),
                     'needed_fact_retention': statistics.fmean(res.needed_fact_retention for res, _ in pairs),
                     'min_needed_fact_retention': min(res.needed_fact_retention for res, _ in pairs),
+                    'recall_ratio': geometric_mean(
+                        res.recall_charged_cost / base.cost for res, base in pairs
+                    ),
+                    'recall_kept_ratio': geometric_mean(
+                        res.recall_kept_cost / base.cost for res, base in pairs
+                    ),
+                    'needed_or_recoverable': statistics.fmean(res.needed_or_recoverable for res, _ in pairs),
+                    'min_needed_or_recoverable': min(res.needed_or_recoverable for res, _ in pairs),
+                    'recall_round_trips': sum(res.recall_round_trips for res, _ in pairs),
                     'compile_ms_median': statistics.median(res.compile_ms_median for res, _ in pairs),
                     'compile_ms_p95_max': max(res.compile_ms_p95 for res, _ in pairs),
                 }
@@ -282,6 +313,8 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
         'over',
         'facts',
         'needed',
+        'recall/none',
+        'n|r (min)',
         'ms (med)',
     )
     for column in columns:
@@ -296,6 +329,8 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
             str(row['requests_over_window']),
             _pct(row['fact_retention']),
             _pct(row['needed_fact_retention']),
+            f'{row["recall_ratio"]:.3f}',
+            f'{_pct(row["needed_or_recoverable"])} ({_pct(row["min_needed_or_recoverable"])})',
             f'{row["compile_ms_median"]:.2f}',
         )
     return table

@@ -58,9 +58,9 @@ def test_reread_supersedes_the_older_copy() -> None:
     log = history(first, second, *filler())
     view = dedupe(log)
     old, new = results(view)[:2]
-    assert (
-        old.content
-        == f"[superseded: re-read later by call {second.id} (read_file(path='src/a.py')); content omitted]"
+    assert old.content == (
+        f"[superseded: re-read later by call {second.id} (read_file(path='src/a.py')); content omitted]\n"
+        f"[original: read_context('{first.id}')]"
     )
     assert old.tool_call_id == first.id
     assert old.tool_name == 'read_file'

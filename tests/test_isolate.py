@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,10 @@ def test_digest_collapses_the_finished_run_into_its_answer() -> None:
     assert 'src/app/views.py' in record.content
     assert 'FAILED tests/test_models.py::test_save - ValueError: boom' in record.content
     assert original is log[5].parts[0]
-    assert marker(answer) == {'kind': 'isolated', 'mode': 'digest', 'calls': 2}
+    ref = marker(answer)['ref']  # the span of the collapsed trace, for read_context
+    assert marker(answer) == {'kind': 'isolated', 'mode': 'digest', 'calls': 2, 'ref': ref}
+    assert re.fullmatch(r's[0-9a-f]{8}', ref)
+    assert record.content.endswith(f"[original: read_context('{ref}')]")
     assert view[2:] == log[6:]
     assert all(a is b for a, b in zip(view[2:], log[6:], strict=True))
     validate_view(view)

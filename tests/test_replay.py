@@ -312,3 +312,84 @@ def _clear_returns(message: ModelMessage) -> ModelMessage:
             part = dataclasses.replace(cast(Any, part), content='[cleared]')
         parts.append(part)
     return dataclasses.replace(message, parts=parts)
+
+
+# --- recall-charged cost (issue 10) ----------------------------------------------------------------
+
+
+def recall_log(*, uses: int = 1, far: bool = False) -> list[ModelMessage]:
+    """The agent lists files once, works on, then opens `uses` of the listed files (one deep in the
+    output with `far`)."""
+    listing = '\n'.join(f'pkg/mod_{i}/file_{i}.py' for i in range(400 if far else 20))
+    target = 'pkg/mod_399/file_399.py' if far else 'pkg/mod_7/file_7.py'
+    h = History().user('find and fix the bug', system='You are a coding agent.')
+    h.step(Tool('bash', {'command': 'find pkg -name "*.py"'}, listing, id='ls'))
+    for i in range(6):
+        h.step(Tool('bash', {'command': f'echo step {i}'}, f'step {i} done ' * 30, id=f's{i}'))
+    for n in range(uses):
+        path = target if n == 0 else f'pkg/mod_{n}/file_{n}.py'
+        h.step(Tool('read_file', {'path': path}, f'x = {n}', id=f'use{n}'))
+        h.step(Tool('bash', {'command': f'echo after {n}'}, 'ok ' * 40, id=f'after{n}'))
+    return h.build()
+
+
+def no_digest_profile(**settings: Any) -> Any:
+    """`coding` at a one-observation window with digests that list no facts: the path is only in the log."""
+    from pydantic_ai_context import MaskObservations, TrimToolOutputs
+
+    p = profile('coding', context_window=128_000, counter=COUNTER, keep_recent=1, step=1, **settings)
+    steps = tuple(
+        dataclasses.replace(s, max_paths=0, max_errors=0)
+        if isinstance(s, MaskObservations | TrimToolOutputs)
+        else s
+        for s in p.steps
+    )
+    return p.replace(steps=steps)
+
+
+async def test_a_used_fact_the_view_lacks_costs_a_read_back_round_trip() -> None:
+    log = recall_log()
+    base = await replay_none(log)
+    result = await replay(log, no_digest_profile(), context_window=128_000, counter=COUNTER)
+    charged = [r for r in result.records if r.recall_round_trips]
+    assert len(charged) == 1
+    record = charged[0]
+    assert record.recall_missing == 1
+    assert record.recall_unrecoverable == 0
+    assert record.recall_cached_tokens == record.view_tokens, 'the extra request re-sends the view, cached'
+    assert record.recall_uncached_tokens > COUNTER.count_text('pkg/mod_7/file_7.py'), 'the call and the page'
+    extra = record.recall_uncached_tokens + record.recall_cached_tokens * result.cache_read_price
+    assert result.recall_charged_cost == pytest.approx(result.cost + extra)
+    assert result.needed_or_recoverable == 1.0
+    assert result.needed_fact_retention < 1.0
+    assert base.recall_charged_cost == base.cost, 'the uncompacted log lacks nothing'
+    assert result.summary()['recall_round_trips'] == 1
+
+
+async def test_without_read_back_a_missing_fact_is_unrecoverable() -> None:
+    log = recall_log()
+    result = await replay(log, no_digest_profile(readback=False), context_window=128_000, counter=COUNTER)
+    assert result.recall_charged_cost == result.cost
+    assert result.unrecoverable_facts == 1
+    assert result.needed_or_recoverable < 1.0
+
+
+async def test_kept_pages_are_carried_and_not_read_twice() -> None:
+    log = recall_log(uses=3)
+    result = await replay(log, no_digest_profile(), context_window=128_000, counter=COUNTER)
+    assert result.recall_round_trips == 3, 'round trips: every use pays its own read-back'
+    assert sum(r.recall_kept_round_trips for r in result.records) == 1, 'kept: the page stays in view'
+    after = [r for r in result.records if r.recall_kept_tokens and not r.recall_kept_round_trips]
+    assert after, 'later requests re-send the kept page'
+    assert result.cost < result.recall_kept_cost
+
+
+async def test_a_fact_far_down_an_output_is_searched_for_first() -> None:
+    log = recall_log(far=True)
+    result = await replay(log, no_digest_profile(), context_window=128_000, counter=COUNTER)
+    (record,) = [r for r in result.records if r.recall_round_trips]
+    # The search snippet shows the path itself: no read of page 2 is needed.
+    assert record.recall_round_trips == 1
+    assert record.recall_uncached_tokens < COUNTER.count_text(
+        '\n'.join(f'pkg/mod_{i}/file_{i}.py' for i in range(200))
+    )

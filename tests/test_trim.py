@@ -55,7 +55,9 @@ def test_old_large_result_becomes_head_and_tail_with_a_marker() -> None:
         'tokens': COUNTER.count_text(big),
         'lines': 400,
         'chars': len(big),
+        'ref': part.tool_call_id,
     }
+    assert f"[original: read_context('{part.tool_call_id}')]" in part.content
     assert view[4] is log[4]  # recency window untouched
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import presets as _presets  # noqa: F401  (registers the presets)
+from .archive import ContextArchive, MemoryReadbackStore, ReadbackStore
 from .budget import ContextBudget, resolve_context_window
 from .commands import CompactResult, HistoryStats, clear, compact, compact_result, history_stats
 from .errors import (
@@ -53,6 +54,7 @@ from .policies import (
     trim_tool_outputs,
 )
 from .profiles import ContextProfile, available_profiles, profile, register_profile
+from .readback import readback_toolset
 from .session import ContextSession, StoreSummaryCache
 from .settings import ContextSettings
 from .store import Artifact, ArtifactStore, MemoryStore, SessionInfo, SessionStore, SqliteStore, open_store
@@ -72,6 +74,7 @@ __all__ = [
     'CompactResult',
     'CompactionEvent',
     'CompileContext',
+    'ContextArchive',
     'ContextBudget',
     'ContextBudgetExceeded',
     'ContextError',
@@ -91,9 +94,11 @@ __all__ = [
     'InMemorySummaryCache',
     'IsolateBoundaries',
     'MaskObservations',
+    'MemoryReadbackStore',
     'MemoryStore',
     'PairingReport',
     'Policy',
+    'ReadbackStore',
     'Repair',
     'RequestOverhead',
     'RunSpan',
@@ -130,6 +135,7 @@ __all__ = [
     'open_store',
     'patch_dangling_tool_calls',
     'profile',
+    'readback_toolset',
     'register_profile',
     'resolve_context_window',
     'run_spans',

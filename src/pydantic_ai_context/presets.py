@@ -37,12 +37,15 @@ Share = Annotated[float, Field(gt=0, le=1)]
 
 
 def transparent(**settings: Any) -> ContextProfile:
-    """Normalize only: repairs broken histories and changes nothing else.
+    """Normalize only: repairs broken histories and changes nothing else (so no read-back tools:
+    it writes no marker to read back).
 
     Like every preset it never sends a view the model cannot take: over a known window (explicit
     `context_window`, or the model's), `check_budget` raises `ContextBudgetExceeded`.
     """
-    return ContextProfile(name='transparent', steps=(check_budget(),), **_fields(settings))
+    return ContextProfile(
+        name='transparent', steps=(check_budget(),), **{'readback': False, **_fields(settings)}
+    )
 
 
 def coding(

@@ -26,15 +26,19 @@ from typing import TYPE_CHECKING, Any, Final
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.tools import RunContext
+from pydantic_ai.toolsets import FunctionToolset
 
 from . import _registry, _tracing
 from ._overflow import Overflow, context_overflow
+from ._parts import PYDANTIC_AI_MAJOR
+from .archive import ContextArchive, ReadbackStore
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
 from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
 from .budget import ContextBudget, WindowSource, resolve_context_window
 from .errors import ContextBudgetExceeded, ContextSettingsError
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
 from .overhead import OverheadMemo, RequestOverhead, measure_overhead
+from .readback import readback_toolset, shows_markers, with_readback_instruction
 from .settings import (
     check_keywords,
     default_profile_name,
@@ -68,7 +72,9 @@ class ContextProfile(AbstractCapability[Any]):
     """Settings plus an ordered chain of policies that compiles the model's view of a conversation.
 
     Print a profile to see its chain. Use it as a pydantic-ai capability (2.x, non-destructive),
-    through `history_processors` (1.x), or call `compile` directly.
+    through `history_processors` (1.x), or call `compile` directly. Its markers name refs that
+    the `read_context` / `search_context` tools read back: the capability contributes them,
+    `toolset` carries them for the other integrations (see `readback`).
 
     Example:
         ```python
@@ -118,6 +124,11 @@ class ContextProfile(AbstractCapability[Any]):
     """
     settings: dict[str, Any] = field(default_factory=dict[str, Any])
     """The preset's own settings, as given (for display and `replace`)."""
+    readback: bool = True
+    """Contribute `read_context` and `search_context` (the capability's toolset, or `toolset`), and
+    the instruction that tells the model about them once its view holds a marker."""
+    readback_store: ReadbackStore | None = None
+    """The side store for originals the log the tools read cannot give (see `readback`); `None`: in memory."""
     events: collections.deque[CompactionEvent] = field(
         default_factory=lambda: collections.deque(maxlen=_EVENTS_KEPT), compare=False
     )
@@ -148,6 +159,12 @@ class ContextProfile(AbstractCapability[Any]):
     # The latest view and its run id: what that request was sent, to anchor the next gauge on the
     # provider's usage (see `tokens.measure_context`).
     _last_sent: tuple[str | None, list[ModelMessage]] | None = field(default=None, init=False, compare=False)
+    _archive: ContextArchive | None = field(default=None, init=False, compare=False)
+    _toolsets: dict[bool, FunctionToolset[Any]] = field(default_factory=dict, init=False, compare=False)
+    # Runs whose view has shown a marker: the instruction stays for the rest of the run.
+    _readback_runs: collections.OrderedDict[str, None] = field(
+        default_factory=collections.OrderedDict, init=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         # Settings are checked when the profile is built, not at its first model request.
@@ -228,6 +245,7 @@ class ContextProfile(AbstractCapability[Any]):
         model: Any = None,
         budget: ContextBudget | None = None,
         parameters: Any = None,
+        whole_log: bool = False,
     ) -> list[ModelMessage]:
         """Compile the view of `messages` the model should receive. Works without a `RunContext`.
 
@@ -236,6 +254,9 @@ class ContextProfile(AbstractCapability[Any]):
         request's `ModelRequestParameters`, when known: its instructions and tool definitions are
         measured and reserved (see `budget_for`); without it, a `ctx` with a tool manager (a
         history processor's) supplies the run's tool definitions.
+        `whole_log`: `messages`
+        is the whole canonical log, and the read-back tools will read it (the 2.x capability);
+        otherwise the tool results the view shortens are kept in the side store for them.
 
         Never mutates `messages`; the same input gives the same view. Steps that change the view
         send `CompactionEvent`s to the handlers, a compile that changed the view records a
@@ -258,6 +279,7 @@ class ContextProfile(AbstractCapability[Any]):
             run_context=ctx,
             model=self.summary_model if self.summary_model is not None else model,
             log=messages,
+            originals=self.archive.sink(messages, results=not whole_log) if self.readback else None,
         )
         happened: list[CompactionEvent] = []
 
@@ -410,6 +432,7 @@ class ContextProfile(AbstractCapability[Any]):
         *,
         model: Any = None,
         parameters: Any = None,
+        whole_log: bool = False,
     ) -> list[ModelMessage]:
         """`compile`, then refuse to send what cannot fit: the view every integration sends.
 
@@ -417,7 +440,7 @@ class ContextProfile(AbstractCapability[Any]):
         instructions and tool definitions it travels with, is over the budget.
         """
         try:
-            view = await self.compile(messages, ctx, model=model, parameters=parameters)
+            view = await self.compile(messages, ctx, model=model, parameters=parameters, whole_log=whole_log)
         except ContextBudgetExceeded as exc:
             rejected = self._rejections.get(_step_key(ctx), 0)
             if not rejected:
@@ -471,13 +494,23 @@ class ContextProfile(AbstractCapability[Any]):
     async def _compile_attempt(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> list[ModelMessage]:
-        # The canonical log is the run's history; on 1.x (destructive) that is the previous view.
-        return await self.compile_request(
+        # The canonical log is the run's history; pydantic-ai 1.x writes the view back to it, so
+        # there the log is not whole and the read-back tools read the side store.
+        parameters = request_context.model_request_parameters
+        if self.readback:
+            # Measured as if the read-back instruction were sent: it may be added after compiling.
+            parameters = dataclasses.replace(
+                parameters, instruction_parts=with_readback_instruction(parameters.instruction_parts)
+            )
+        view = await self.compile_request(
             list(request_context.messages),
             ctx,
             model=request_context.model,
-            parameters=request_context.model_request_parameters,
+            parameters=parameters,
+            whole_log=PYDANTIC_AI_MAJOR >= 2,
         )
+        self._add_readback_instruction(ctx, request_context, view)
+        return view
 
     async def on_model_request_error(
         self,
@@ -527,7 +560,11 @@ class ContextProfile(AbstractCapability[Any]):
             # pydantic-ai < 2.64 cannot attempt the step again: send the tighter view ourselves.
             log = list(getattr(ctx, 'messages', None) or request_context.messages)
             view = await self.compile_request(
-                log, ctx, model=model, parameters=request_context.model_request_parameters
+                log,
+                ctx,
+                model=model,
+                parameters=request_context.model_request_parameters,
+                whole_log=PYDANTIC_AI_MAJOR >= 2,
             )
             request_context.messages = view
             try:
@@ -591,6 +628,55 @@ class ContextProfile(AbstractCapability[Any]):
         self._record(event)
         await self._dispatch(event)
 
+    # --- reading back ---------------------------------------------------------------------------
+
+    @property
+    def archive(self) -> ContextArchive:
+        """The side store of originals this profile's markers name, behind `read_context`."""
+        if self._archive is None:
+            self._archive = ContextArchive(self.readback_store)
+        return self._archive
+
+    def get_toolset(self) -> FunctionToolset[Any] | None:
+        """As a capability: `read_context` and `search_context` (the instruction comes with the view)."""
+        return self._readback_toolset(instructions=False) if self.readback else None
+
+    @property
+    def toolset(self) -> FunctionToolset[Any]:
+        """`read_context` and `search_context` for an agent that compiles through `history_processors`
+        (pydantic-ai 1.x), `process_history()` or `compile()`: `Agent(..., toolsets=[p.toolset])`.
+
+        It carries the read-back instruction for requests whose history holds a marker. Not needed
+        (and a name clash) with the profile as a capability, which contributes the same tools.
+        """
+        return self._readback_toolset(instructions=True)
+
+    def _readback_toolset(self, *, instructions: bool) -> FunctionToolset[Any]:
+        found = self._toolsets.get(instructions)
+        if found is None:
+            found = self._toolsets[instructions] = readback_toolset(self.archive, instructions=instructions)
+        return found
+
+    def _add_readback_instruction(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext, view: Sequence[ModelMessage]
+    ) -> None:
+        """Add the read-back instruction from the first request whose view shows a marker, then to every
+        request of that run: the same text each time, so the cached prefix holding it stays valid."""
+        if not self.readback:
+            return
+        run_id = getattr(ctx, 'run_id', None)
+        if run_id is None or run_id not in self._readback_runs:
+            if not shows_markers(view):
+                return
+            if run_id is not None:
+                self._readback_runs[run_id] = None
+                while len(self._readback_runs) > 1_024:
+                    self._readback_runs.popitem(last=False)
+        params = request_context.model_request_parameters
+        request_context.model_request_parameters = dataclasses.replace(
+            params, instruction_parts=with_readback_instruction(params.instruction_parts)
+        )
+
     # --- pydantic-ai integration --------------------------------------------------------------
 
     @classmethod
@@ -634,6 +720,8 @@ class ContextProfile(AbstractCapability[Any]):
 
     def _overrides(self) -> dict[str, Any]:
         base = {
+            'readback': self.readback,
+            'readback_store': self.readback_store,
             'context_window': self.context_window,
             'reserved_output': self.reserved_output,
             'reserved_system': self.reserved_system,
@@ -691,6 +779,8 @@ _COMMON = frozenset(
         'on_event',
         'on_compaction',
         'on_usage',
+        'readback',
+        'readback_store',
     }
 )
 

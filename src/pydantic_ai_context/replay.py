@@ -48,7 +48,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from . import _facts, _parts
+from . import _facts, _parts, _recall
 from .errors import ContextBudgetExceeded, ContextError
 from .tokens import TokenCounter
 
@@ -240,6 +240,8 @@ class FactIndex:
     """For each path fact, the index of the last response that uses it (-1: never)."""
     sources: list[frozenset[int]]
     """For each fact, the ids of the log's messages whose tool returns contain it."""
+    source_calls: list[tuple[str, ...]] = field(default_factory=list[tuple[str, ...]])
+    """For each fact, the `tool_call_id`s of the tool returns that contain it, in log order."""
     _log: Sequence[ModelMessage] = ()
     _found: dict[str, frozenset[int]] = field(default_factory=dict[str, frozenset[int]], repr=False)
     _texts: dict[int, tuple[ModelMessage, str]] = field(default_factory=dict[int, tuple[ModelMessage, str]])
@@ -252,24 +254,30 @@ class FactIndex:
         first_seen: list[int] = []
         is_path: list[bool] = []
         sources: list[set[int]] = []
+        calls: list[dict[str, None]] = []
         for i, message in enumerate(messages):
-            text = _tool_return_text(message)
-            if not text:
+            if not isinstance(message, ModelRequest):
                 continue
-            for fact, path in [
-                *((p, True) for p in paths_in(text)),
-                *((e, False) for e in error_lines(text)),
-            ]:
-                k = index.get(fact)
-                if k is None:
-                    k = index[fact] = len(facts)
-                    facts.append(fact)
-                    first_seen.append(i)
-                    is_path.append(path)
-                    sources.append(set())
-                # A string can be both a path and inside an error line; as a path it may be needed.
-                is_path[k] = is_path[k] or path
-                sources[k].add(id(message))
+            for part in message.parts:
+                if not isinstance(part, ToolReturnPart):
+                    continue
+                text = _parts.tool_content_text(part.content)
+                for fact, path in [
+                    *((p, True) for p in paths_in(text)),
+                    *((e, False) for e in error_lines(text)),
+                ]:
+                    k = index.get(fact)
+                    if k is None:
+                        k = index[fact] = len(facts)
+                        facts.append(fact)
+                        first_seen.append(i)
+                        is_path.append(path)
+                        sources.append(set())
+                        calls.append({})
+                    # A string can be both a path and inside an error line; as a path it may be needed.
+                    is_path[k] = is_path[k] or path
+                    sources[k].add(id(message))
+                    calls[k][part.tool_call_id] = None
         last_use = [-1] * len(facts)
         path_ids = [k for k in range(len(facts)) if is_path[k]]
         pending = set(path_ids)
@@ -293,6 +301,7 @@ class FactIndex:
             is_path=is_path,
             last_use=last_use,
             sources=[frozenset(s) for s in sources],
+            source_calls=[tuple(c) for c in calls],
             _log=messages,
         )
 
@@ -303,6 +312,18 @@ class FactIndex:
     def needed_before(self, index: int) -> list[int]:
         """Path fact ids seen before message `index` that a response at or after `index` uses."""
         return [k for k, seen in enumerate(self.first_seen) if seen < index and self.last_use[k] >= index]
+
+    def used_at(self, index: int) -> list[int]:
+        """Fact ids seen before message `index` that the response at `index` uses (its call arguments or text)."""
+        message = self._log[index] if index < len(self._log) else None
+        if not isinstance(message, ModelResponse):
+            return []
+        text = _agent_text(message)
+        return [k for k in self.known_before(index) if self.facts[k] in text] if text else []
+
+    def present(self, view: Sequence[ModelMessage]) -> set[int]:
+        """Fact ids the view's text shows."""
+        return self._present(view)
 
     def retention(self, index: int, view: Sequence[ModelMessage]) -> tuple[float, float]:
         """(fact retention, needed-fact retention) of `view` for the request answered by message `index`.
@@ -377,6 +398,22 @@ class RequestRecord:
     error: str | None = None
     """Set when compiling raised `ContextBudgetExceeded`; the uncompacted input then stands in for
     the view and the request counts as over the window."""
+    recall_missing: int = 0
+    """Facts the recorded response uses that the view does not show."""
+    recall_unrecoverable: int = 0
+    """Of those, facts no read-back reaches (no read-back tools, or no marker names them)."""
+    recall_round_trips: int = 0
+    """Extra requests reading back would have taken before this response (see `_recall`)."""
+    recall_cached_tokens: int = 0
+    recall_uncached_tokens: int = 0
+    recall_kept_round_trips: int = 0
+    """Extra requests when read-back pages stay in the run's later views (they are never compacted)."""
+    recall_kept_tokens: int = 0
+    """Tokens the kept accounting adds to this request: its round trips and the earlier pages it re-sends."""
+    recall_kept_uncached_tokens: int = 0
+    """Of `recall_kept_tokens`, those sent uncached (the new calls and pages); the rest is cached."""
+    needed_or_recoverable: float = 1.0
+    """Share of the needed facts the view shows or read-back reaches (1.0 with none needed)."""
 
     @property
     def uncached_tokens(self) -> int:
@@ -452,6 +489,43 @@ class ReplayResult:
         )
 
     @property
+    def recall_round_trips(self) -> int:
+        return sum(r.recall_round_trips for r in self.records)
+
+    @property
+    def recall_cost(self) -> float:
+        """What the read-back round trips cost: their prefix cached, their calls and pages uncached."""
+        return sum(
+            r.recall_uncached_tokens + r.recall_cached_tokens * self.cache_read_price for r in self.records
+        )
+
+    @property
+    def recall_charged_cost(self) -> float:
+        """`cost` plus `recall_cost`: what the run costs when every fact the agent uses must be in reach."""
+        return self.cost + self.recall_cost
+
+    @property
+    def recall_kept_cost(self) -> float:
+        """`cost` plus read-back when each page stays in the run's later views: its round trips once,
+        then the page re-sent (cached) by every later request of the run."""
+        kept = sum(
+            r.recall_kept_uncached_tokens
+            + (r.recall_kept_tokens - r.recall_kept_uncached_tokens) * self.cache_read_price
+            for r in self.records
+        )
+        return self.cost + kept
+
+    @property
+    def unrecoverable_facts(self) -> int:
+        """Facts the agent used that the view lacked and no read-back could reach (summed over requests)."""
+        return sum(r.recall_unrecoverable for r in self.records)
+
+    @property
+    def needed_or_recoverable(self) -> float:
+        """Mean over requests of the share of needed facts shown or reachable by read-back."""
+        return _mean(r.needed_or_recoverable for r in self.records)
+
+    @property
     def peak_view_tokens(self) -> int:
         return max((r.view_tokens for r in self.records), default=0)
 
@@ -505,6 +579,11 @@ class ReplayResult:
             'errors': self.errors,
             'fact_retention': self.fact_retention,
             'needed_fact_retention': self.needed_fact_retention,
+            'needed_or_recoverable': self.needed_or_recoverable,
+            'recall_charged_cost': self.recall_charged_cost,
+            'recall_kept_cost': self.recall_kept_cost,
+            'recall_round_trips': self.recall_round_trips,
+            'unrecoverable_facts': self.unrecoverable_facts,
             'summary_calls': self.summary_calls,
             'summary_input_tokens': self.summary_input_tokens,
             'summary_output_tokens': self.summary_output_tokens,
@@ -568,6 +647,9 @@ async def replay(
     """
     index = facts if facts is not None else FactIndex.build(messages)
     events = getattr(profile, 'events', None)
+    # Read-back reaches originals only with the tools, through the refs the profile's markers name.
+    archive = getattr(profile, 'archive', None) if getattr(profile, 'readback', False) else None
+    ledger = _recall.RecallLedger(index, messages, archive, counter)
     replayed: list[ModelMessage] = []
     records: list[RequestRecord] = []
     previous: Sequence[ModelMessage] = ()
@@ -594,6 +676,11 @@ async def replay(
         cached = _cached_prefix_tokens(view, per_message, previous)
         output_tokens = counter.count_message(message)
         fact_share, needed_share = index.retention(i, view)
+        present = index.present(view)
+        recall, reached = ledger.charge(i, view, view_tokens, present)
+        needed = index.needed_before(i)
+        lacking = [k for k in needed if k not in present]
+        reachable = _recall.recoverable(index, lacking, view, ledger.spans, reached)
         new_events, last_event = _new_events(events, last_event)
         summary_in = sum(_int(e, 'summary_input_tokens') for e in new_events)
         summary_out = sum(_int(e, 'summary_output_tokens') for e in new_events)
@@ -619,6 +706,19 @@ async def replay(
                 summary_input_tokens=summary_in,
                 summary_output_tokens=summary_out,
                 error=error,
+                recall_missing=recall.used_missing,
+                recall_unrecoverable=recall.unrecoverable,
+                recall_round_trips=recall.round_trips,
+                recall_cached_tokens=recall.cached_tokens,
+                recall_uncached_tokens=recall.uncached_tokens,
+                recall_kept_round_trips=recall.kept_round_trips,
+                recall_kept_tokens=recall.kept_uncached_tokens
+                + recall.kept_cached_tokens
+                + recall.carried_tokens,
+                recall_kept_uncached_tokens=recall.kept_uncached_tokens,
+                needed_or_recoverable=(len(needed) - len(lacking) + reachable) / len(needed)
+                if needed
+                else 1.0,
             )
         )
         replayed.append(

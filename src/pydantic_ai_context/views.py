@@ -25,6 +25,7 @@ from pydantic_ai.messages import (
 )
 
 from . import _parts
+from ._markers import OriginalsSink
 from .budget import ContextBudget
 from .events import CompactionEvent
 from .integrity import Repair, check_messages, normalize_with_repairs
@@ -214,6 +215,8 @@ class CompileContext:
     """The run's model, for policies that call one (the summariser)."""
     log: Sequence[ModelMessage] = ()
     """The canonical log this view is compiled from."""
+    originals: OriginalsSink | None = None
+    """Where policies keep what their markers replace, for `read_context` (set by a profile with read-back)."""
     _notes: list[str] = dataclasses.field(default_factory=list[str], repr=False)
     _details: dict[str, Any] = dataclasses.field(default_factory=dict[str, Any], repr=False)
 

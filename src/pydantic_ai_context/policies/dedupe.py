@@ -9,7 +9,6 @@ way: the latest read supersedes what came before.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import hashlib
 import json
 import re
@@ -20,7 +19,7 @@ from typing import Any, Final
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolReturnPart
 
-from pydantic_ai_context import _parts
+from pydantic_ai_context import _markers, _parts
 from pydantic_ai_context._facts import call_summary
 from pydantic_ai_context.views import CompileContext
 
@@ -425,6 +424,7 @@ class DedupeReads(SyncPolicy):
                     and type(part) is ToolReturnPart
                     and not _parts.is_failed_result(part)
                     and not _parts.is_pinned(part)
+                    and not _markers.is_readback(part)
                 )
                 record = _parts.marker(part)
                 content_hash: str | None = None
@@ -500,7 +500,8 @@ class DedupeReads(SyncPolicy):
                 continue
             tokens = nominal_part_tokens(result.part, context.counter)
             text = note.format(id=target.call.tool_call_id, summary=call_summary(target.call, max_len=100))
-            if tokens < self.min_tokens or context.counter.count_text(text) >= tokens:
+            marked_text = _markers.with_ref(text, result.part.tool_call_id)
+            if tokens < self.min_tokens or context.counter.count_text(marked_text) >= tokens:
                 continue
             record: dict[str, Any] = {
                 'kind': MARKER_KIND,
@@ -510,8 +511,8 @@ class DedupeReads(SyncPolicy):
             }
             if result.hash is not None:
                 record['hash'] = result.hash
-            replaced[(result.index, id(result.part))] = dataclasses.replace(
-                result.part, content=text, metadata=_parts.with_marker(result.part.metadata, record)
+            replaced[(result.index, id(result.part))] = _markers.mark_result(
+                result.part, text, record, context.originals
             )
         return replaced
 

@@ -17,7 +17,7 @@ from typing import Any, Final, cast
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 
-from pydantic_ai_context import _parts
+from pydantic_ai_context import _markers, _parts
 from pydantic_ai_context.errors import ContextBudgetExceeded
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.tokens import TokenCounter, message_tokens
@@ -155,6 +155,8 @@ class FitToBudget(SyncPolicy):
             dropped.add(unit)
             freed += sizes[unit]
         view = plan.build(dropped, sizes)
+        if plan.span is not None:
+            _markers.keep_span(context.originals, *plan.span)
         final = counter.count_messages(view)
         if final > limit:
             raise ContextBudgetExceeded(
@@ -200,6 +202,8 @@ class _Plan:
     """Indices into `units`, in the order they may be dropped; units not listed are never dropped."""
     protected: int
     """How many units at the end form the recency window."""
+    span: tuple[str, list[ModelMessage | str]] | None = None
+    """The ref and items of what the latest `build` dropped (an earlier note's span first)."""
 
     @classmethod
     def of(cls, messages: Sequence[ModelMessage], *, keep_last_steps: int) -> _Plan:
@@ -240,7 +244,11 @@ class _Plan:
             if isinstance(m, ModelRequest) and _parts.tool_results(m)
         )
         assert note_at is not None
-        return _with_note(out, note_at, n, tokens, observations)
+        items: list[ModelMessage | str] = [
+            m for u in sorted(dropped) for m in self.messages[self.units[u][0] : self.units[u][1]]
+        ]
+        view, self.span = _with_note(out, note_at, n, tokens, observations, items)
+        return view
 
     def explain(self, view: list[ModelMessage], dropped: set[int], counter: TokenCounter, limit: int) -> str:
         """Why the smallest view does not fit: what it still holds, and any message too large on its own."""
@@ -297,9 +305,15 @@ def _unit_kind(segment: Sequence[ModelMessage]) -> str:
 
 
 def _with_note(
-    view: list[ModelMessage], at: int, messages: int, tokens: int, observations: int
-) -> list[ModelMessage]:
-    """`view` with the note on what was dropped in the request at `at` (merging an earlier note).
+    view: list[ModelMessage],
+    at: int,
+    messages: int,
+    tokens: int,
+    observations: int,
+    items: list[ModelMessage | str],
+) -> tuple[list[ModelMessage], tuple[str, list[ModelMessage | str]]]:
+    """`view` with the note on what was dropped in the request at `at` (merging an earlier note),
+    and the ref and items of the span the note stands for (`items`, after the earlier note's span).
 
     The note records how many observations (tool-result requests) went with the dropped steps:
     the compaction frontier still counts them, so a view of this view compacts the same messages.
@@ -311,15 +325,20 @@ def _with_note(
             messages += int(record.get('messages', 0))
             tokens += int(record.get('tokens', 0))
             observations += int(record.get('observations', 0))
+            earlier = record.get('ref')
+            if isinstance(earlier, str):
+                items = [earlier, *items]
             view[i] = _without_note(message, record)
     target = view[at]
-    note = DROPPED_NOTE.format(messages=messages, tokens=tokens)
+    ref = _markers.span_ref(items)
+    note = _markers.with_ref(DROPPED_NOTE.format(messages=messages, tokens=tokens), ref)
     record = {
         'kind': MARKER_KIND,
         'messages': messages,
         'tokens': tokens,
         'observations': observations,
         'note': note,
+        'ref': ref,
     }
     if isinstance(target, ModelRequest):
         # A fixed timestamp: the view must be the same, byte for byte, every time it is compiled.
@@ -339,7 +358,7 @@ def _with_note(
             run_id=getattr(target, 'run_id', None),
         )
         view.insert(at + 1, request)
-    return view
+    return view, (ref, items)
 
 
 def _without_note(message: ModelMessage, record: dict[str, Any]) -> ModelMessage:

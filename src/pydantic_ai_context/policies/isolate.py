@@ -22,8 +22,9 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 
-from pydantic_ai_context import _parts
+from pydantic_ai_context import _markers, _parts
 from pydantic_ai_context._facts import call_summary, digest
+from pydantic_ai_context._markers import OriginalsSink
 from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import CompileContext, current_run, run_spans, starts_run
 
@@ -135,7 +136,7 @@ class IsolateBoundaries(SyncPolicy):
         for span in run_spans(messages):
             if span.start >= current.start:
                 break
-            collapsed = self._collapse(messages[span.start : span.end], context.counter)
+            collapsed = self._collapse(messages[span.start : span.end], context.counter, context.originals)
             if collapsed is None:
                 continue
             out.extend(messages[position : span.start])
@@ -154,7 +155,9 @@ class IsolateBoundaries(SyncPolicy):
         )
         return out
 
-    def _collapse(self, run: Sequence[ModelMessage], counter: TokenCounter) -> _Collapsed | None:
+    def _collapse(
+        self, run: Sequence[ModelMessage], counter: TokenCounter, originals: OriginalsSink | None
+    ) -> _Collapsed | None:
         """The run with its trace collapsed, or None when it has nothing to collapse."""
         head_end = next((i for i, m in enumerate(run) if _parts.has_user_prompt(m)), None)
         answer = run[-1] if run else None
@@ -169,7 +172,7 @@ class IsolateBoundaries(SyncPolicy):
             mode = 'mask'
         kept, collapsed = _split_steps(trace)
         if mode == 'mask':
-            masked, n = _mask(trace, kept, counter)
+            masked, n = _mask(trace, kept, counter, originals)
             if n == 0:
                 return None
             return _Collapsed([*run[: head_end + 1], *masked, answer], n)
@@ -179,12 +182,14 @@ class IsolateBoundaries(SyncPolicy):
         body = [m for step in kept for m in step]
         if mode == 'drop':
             return _Collapsed([*run[: head_end + 1], *body, answer], n_calls)
-        record = _digest_text([m for step in collapsed for m in step])
+        span = [m for step in collapsed for m in step]
+        ref = _markers.span_ref(span)
+        _markers.keep_span(originals, ref, span)
         new_answer = dataclasses.replace(
             answer,
-            parts=_insert_after_thinking(answer.parts, TextPart(record)),
+            parts=_insert_after_thinking(answer.parts, TextPart(_markers.with_ref(_digest_text(span), ref))),
             metadata=_parts.with_marker(
-                answer.metadata, {'kind': MARKER_KIND, 'mode': 'digest', 'calls': n_calls}
+                answer.metadata, {'kind': MARKER_KIND, 'mode': 'digest', 'calls': n_calls, 'ref': ref}
             ),
         )
         return _Collapsed([*run[: head_end + 1], *body, new_answer], n_calls)
@@ -264,7 +269,10 @@ def _must_keep(step: list[ModelMessage]) -> bool:
 
 
 def _mask(
-    trace: list[ModelMessage], kept: list[list[ModelMessage]], counter: TokenCounter
+    trace: list[ModelMessage],
+    kept: list[list[ModelMessage]],
+    counter: TokenCounter,
+    originals: OriginalsSink | None,
 ) -> tuple[list[ModelMessage], int]:
     keep_ids = {id(m) for step in kept for m in step}
     calls = {c.tool_call_id: c for m in trace for c in _parts.tool_calls(m)}
@@ -282,16 +290,12 @@ def _mask(
                 # The original size goes into the marker: the frontier reads sizes from markers, so
                 # it lands in the same place on this view as on the log.
                 record = {'kind': MARKER_KIND, 'mode': 'mask', 'tokens': nominal_part_tokens(part, counter)}
-                part = _with_content(part, text, record)
+                part = _markers.mark_result(part, text, record, originals)
                 changed = True
                 n += 1
             parts.append(part)
         out.append(dataclasses.replace(message, parts=parts) if changed else message)
     return out, n
-
-
-def _with_content(part: Any, text: str, record: dict[str, Any]) -> Any:
-    return dataclasses.replace(part, content=text, metadata=_parts.with_marker(part.metadata, record))
 
 
 def _maskable(part: ToolReturnPart) -> bool:
@@ -302,6 +306,7 @@ def _maskable(part: ToolReturnPart) -> bool:
         and not _parts.is_failed_result(part)
         and not _parts.is_pinned(part)
         and _parts.marker(part) is None
+        and not _markers.is_readback(part)
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolReturnPart
 
-from pydantic_ai_context import _facts, _parts
+from pydantic_ai_context import _facts, _markers, _parts
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
@@ -181,7 +181,11 @@ class MaskObservations(SyncPolicy):
         # RetryPromptPart (pydantic-ai 1.x retries) has no metadata to carry a marker: it stays.
         if not isinstance(part, ToolReturnPart) or _parts.is_pinned(part):
             return False
-        if part.tool_name in self.exclude_tools or part.tool_call_id in failures:
+        if (
+            part.tool_name in self.exclude_tools
+            or part.tool_call_id in failures
+            or _markers.is_readback(part)
+        ):
             return False
         record = _parts.marker(part)
         return record is None or record.get('kind') in _UPGRADABLE
@@ -194,7 +198,7 @@ class MaskObservations(SyncPolicy):
                 record = _parts.marker(part)
                 content = getattr(part, 'content', None)
                 if record is not None and record.get('kind') == MASKED and isinstance(content, str):
-                    keys |= _facts.facts_in_digest(content)
+                    keys |= _facts.facts_in_digest(_markers.without_ref(content))
                 else:
                     keys |= _facts.facts_in_text(_parts.part_text(part))
             found = self._memo.put(message, frozenset(keys), 'facts')
@@ -268,7 +272,7 @@ class MaskObservations(SyncPolicy):
             with_call=self.repeat_call,
         )
         text = _parts.tool_content_text(part.content)
-        if len(line) >= len(text):
+        if len(_markers.with_ref(line, part.tool_call_id)) >= len(text):
             return None
         record = _parts.marker(part) or {}
         lines = record.get('lines', text.count('\n') + 1 if text else 0)
@@ -279,8 +283,8 @@ class MaskObservations(SyncPolicy):
             'tokens': nominal_part_tokens(part, context.counter),
         }
         new_record |= {'lines': lines, 'chars': chars}
-        metadata = _parts.with_marker(part.metadata, new_record)
-        return dataclasses.replace(part, content=line, metadata=metadata)
+        marked: ToolReturnPart = _markers.mark_result(part, line, new_record, context.originals)
+        return marked
 
 
 def mask_observations(

@@ -40,7 +40,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from pydantic_ai_context import _parts
+from pydantic_ai_context import _markers, _parts
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.policies._base import AsyncPolicy
 from pydantic_ai_context.policies._frontier import unresolved_failures
@@ -317,7 +317,7 @@ def _without_marker(meta: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _summary_text(part: Any) -> str:
     content = getattr(part, 'content', '')
-    text = content if isinstance(content, str) else _parts.user_content_text(content)
+    text = _markers.without_ref(content if isinstance(content, str) else _parts.user_content_text(content))
     if text.startswith(SUMMARY_PREFIX) and text.endswith(SUMMARY_SUFFIX):
         return text[len(SUMMARY_PREFIX) : len(text) - len(SUMMARY_SUFFIX)]
     return text
@@ -700,7 +700,7 @@ class SummarizeWindow(AsyncPolicy):
             return messages
         model = self.summary_model if self.summary_model is not None else context.model
         text, status = await self._summary(messages, zones, end, model, context, why)
-        return self._assemble(messages, zones, end, kept, text, status)
+        return self._assemble(messages, zones, end, kept, text, status, originals=context.originals)
 
     async def _summary(
         self,
@@ -798,11 +798,25 @@ class SummarizeWindow(AsyncPolicy):
         kept: _Kept,
         text: str,
         status: str,
+        *,
+        originals: _markers.OriginalsSink | None = None,
     ) -> list[ModelMessage]:
         middle = messages[zones.start : end]
         stamp = _stamp(middle, zones)
         ids = _run_ids(middle, zones.head)
-        content = SUMMARY_PREFIX + text + SUMMARY_SUFFIX
+        # The summary stands for the middle, after what an earlier summary of this view stood for.
+        earlier = next(
+            (
+                _markers.ref_of(m)
+                for m in messages[: zones.start]
+                if (_parts.marker(m) or {}).get('kind') == MARKER_KIND
+            ),
+            None,
+        )
+        span: list[ModelMessage | str] = [*([earlier] if earlier is not None else []), *middle]
+        ref = _markers.span_ref(span)
+        _markers.keep_span(originals, ref, span)
+        content = _markers.with_ref(SUMMARY_PREFIX + text + SUMMARY_SUFFIX, ref)
         summary_part: Any = (
             UserPromptPart(content, timestamp=stamp)
             if self.role == 'user'
@@ -825,6 +839,7 @@ class SummarizeWindow(AsyncPolicy):
             'status': status,
             'digest': _digest_text(text),
             'role': self.role,
+            'ref': ref,
         }
         head = list(zones.head)
         last = head[-1] if head else None

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 
-from pydantic_ai_context import _facts, _parts
+from pydantic_ai_context import _facts, _markers, _parts
 from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import CompileContext
 
@@ -183,7 +183,7 @@ class TrimToolOutputs(SyncPolicy):
             found = self._memo.get(message, key)
             if found is None:
                 found = self._memo.put(
-                    message, self._trim_request(message, old, limit, clamp_at, kept, counter), key
+                    message, self._trim_request(message, old, limit, clamp_at, kept, context), key
                 )
             if found is not message:
                 out[i] = found
@@ -211,8 +211,9 @@ class TrimToolOutputs(SyncPolicy):
         limit: int,
         clamp_at: int | None,
         kept: frozenset[str],
-        counter: TokenCounter,
+        context: CompileContext,
     ) -> ModelRequest:
+        counter = context.counter
         parts: list[Any] = list(message.parts)
         changed = False
         keep = self.keep_tokens if old else clamp_at
@@ -230,16 +231,19 @@ class TrimToolOutputs(SyncPolicy):
             nominal = nominal_part_tokens(part, counter)
             lines = record.get('lines', text.count('\n') + 1)
             chars = record.get('chars', len(text))
-            new_text = self._head_tail(text, tokens, keep, nominal, lines)
+            new_text = self._head_tail(text, tokens, keep, nominal, lines, part.tool_call_id)
             new_record = {'kind': TRIMMED if old else CLAMPED, 'policy': self.name, 'tokens': nominal}
             new_record |= {'lines': lines, 'chars': chars}
-            metadata = _parts.with_marker(part.metadata, new_record)
-            parts[j] = dataclasses.replace(part, content=new_text, metadata=metadata)
+            parts[j] = _markers.mark_result(part, new_text, new_record, context.originals, ref_in_text=True)
             changed = True
         return dataclasses.replace(message, parts=parts) if changed else message
 
     def _may_trim(self, part: Any, failures: AbstractSet[str]) -> bool:
-        if not isinstance(part, ToolReturnPart) or part.tool_call_id in failures:
+        if (
+            not isinstance(part, ToolReturnPart)
+            or part.tool_call_id in failures
+            or _markers.is_readback(part)
+        ):
             return False
         record = _parts.marker(part)
         if record is not None and record.get('kind') not in (None, CLAMPED):
@@ -247,8 +251,8 @@ class TrimToolOutputs(SyncPolicy):
         content = part.content
         return not (isinstance(content, list | tuple) and any(_parts.is_binary_item(c) for c in content))
 
-    def _head_tail(self, text: str, tokens: int, keep: int, nominal: int, lines: int) -> str:
-        key = (text, tokens, keep, nominal, lines, self.head_share, self.max_paths, self.max_errors)
+    def _head_tail(self, text: str, tokens: int, keep: int, nominal: int, lines: int, ref: str) -> str:
+        key = (text, tokens, keep, nominal, lines, ref, self.head_share, self.max_paths, self.max_errors)
         found = _TRIM_MEMO.get(key)
         if found is not None:
             return found
@@ -270,7 +274,7 @@ class TrimToolOutputs(SyncPolicy):
         cut_tokens = max(nominal - round(tokens * (len(head) + len(tail)) / max(len(text), 1)), 0)
         note = (
             f'[... {cut_lines:,} lines / ~{cut_tokens:,} tokens trimmed by pydantic-ai-context '
-            f'(output was {lines:,} lines / ~{nominal:,} tokens) ...]'
+            f'(output was {lines:,} lines / ~{nominal:,} tokens) ...]\n{_markers.ref_line(ref)}'
         )
         facts = _facts.extract_facts(middle)
         shown = head + tail

@@ -1,0 +1,160 @@
+"""How a marker names what it stands for, so the model can read the original back.
+
+Every policy that puts a marker in place of content (a trimmed, clamped, masked or superseded tool
+result, a finished run's digest, a dropped span, a summary) builds it here: one short line names
+the ref that `read_context` reads back, and the marker's metadata record carries it as `ref`. A
+tool result is named by its `tool_call_id`; a span of messages by `span_ref`, a short id derived
+from the messages it covers (the same messages give the same id, in any process).
+
+Policies hand what they replace to `CompileContext.originals` (a profile with read-back sets it):
+a span always, a tool result only where the log the tools will read is not whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Sequence
+from typing import Any, Final, Protocol
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+
+from . import _parts
+
+READ_CONTEXT: Final = 'read_context'
+SEARCH_CONTEXT: Final = 'search_context'
+READBACK_TOOLS: Final = frozenset({READ_CONTEXT, SEARCH_CONTEXT})
+"""The read-back tools: their results are never compacted, searched or read back themselves."""
+
+_REF_LINE: Final = "[original: read_context('{ref}')]"
+_REF_LINE_RE: Final = re.compile(r"\n?\[original: read_context\('([^'\n]{1,200})'\)\]$")
+
+
+class OriginalsSink(Protocol):
+    """Where a profile keeps what its markers replaced, for `read_context` (see `readback.ContextArchive`)."""
+
+    def keep_result(self, ref: str, part: Any) -> None:
+        """The original tool result `part`, named by its `tool_call_id`."""
+        ...
+
+    def keep_span(self, ref: str, items: Sequence[ModelMessage | str]) -> None:
+        """The messages a span marker stands for, in order; a `str` item is the ref of an earlier span."""
+        ...
+
+
+def ref_line(ref: str) -> str:
+    """The line a marker carries to say that `read_context(ref)` returns what it replaced."""
+    return _REF_LINE.format(ref=ref)
+
+
+def with_ref(text: str, ref: str) -> str:
+    """`text` followed by the read-back line for `ref` (once: a text that already ends with it is kept)."""
+    line = ref_line(ref)
+    return text if text.endswith(line) else f'{text}\n{line}'
+
+
+def without_ref(text: str) -> str:
+    """`text` without a trailing read-back line."""
+    return _REF_LINE_RE.sub('', text)
+
+
+def is_readback(part: Any) -> bool:
+    """A call to, or result of, one of the read-back tools."""
+    return getattr(part, 'tool_name', None) in READBACK_TOOLS
+
+
+def ref_of(obj: Any) -> str | None:
+    """The ref a marker (a part or a message) records, if it is one of ours and has one."""
+    record = _parts.marker(obj)
+    ref = record.get('ref') if record is not None else None
+    return ref if isinstance(ref, str) else None
+
+
+def has_ref(message: ModelMessage) -> bool:
+    """The message, or one of its parts, is a marker that names a ref."""
+    return ref_of(message) is not None or any(ref_of(p) is not None for p in message.parts)
+
+
+def mark_result(
+    part: Any,
+    text: str,
+    record: dict[str, Any],
+    originals: OriginalsSink | None,
+    *,
+    ref_in_text: bool = False,
+) -> Any:
+    """`part` as a marker: `text` as its content plus the read-back line (unless `ref_in_text`: the
+    caller placed it), `record` with the ref in its metadata. The original goes to `originals`
+    unless `part` is already a marker (its original was kept when that marker was made)."""
+    ref = part.tool_call_id
+    if originals is not None and _parts.marker(part) is None:
+        originals.keep_result(ref, part)
+    content = text if ref_in_text else with_ref(text, ref)
+    metadata = _parts.with_marker(part.metadata, {**record, 'ref': ref})
+    return dataclasses.replace(part, content=content, metadata=metadata)
+
+
+def keep_span(originals: OriginalsSink | None, ref: str, items: Sequence[ModelMessage | str]) -> None:
+    if originals is not None:
+        originals.keep_span(ref, items)
+
+
+def conversation_key(messages: Sequence[ModelMessage]) -> str:
+    """Which conversation a log (or any view of it) belongs to: a digest of its first user prompt
+    and that prompt's timestamp, which every view keeps verbatim (DESIGN.md invariant 1).
+
+    Originals are kept per conversation, so one profile serving many conversations never reads
+    back, or searches, one conversation's originals from another.
+    """
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            continue
+        for part in message.parts:
+            if isinstance(part, UserPromptPart):
+                stamp = part.timestamp.isoformat() if part.timestamp is not None else ''
+                text = f'{stamp}\x00{_parts.user_content_text(part.content)}'
+                return 'v' + hashlib.blake2b(text.encode('utf-8', 'surrogatepass'), digest_size=6).hexdigest()
+    return ''
+
+
+# --- span ids ---------------------------------------------------------------------------------
+
+_SIGNATURES: dict[int, tuple[ModelMessage, bytes]] = {}
+
+
+def span_ref(items: Sequence[ModelMessage | str]) -> str:
+    """A short id for a span: `s` and 8 hex digits of a digest of what identifies its messages.
+
+    The digest reads each message's kind, timestamp, run id, part kinds, tool call ids and text
+    lengths (not whole tool outputs: cheap, and a marker's span is the same however its results
+    were shortened before). A `str` item (an earlier span merged into this one) counts by its ref.
+    """
+    h = hashlib.blake2b(digest_size=4)
+    for item in items:
+        h.update(item.encode() if isinstance(item, str) else _signature(item))
+        h.update(b'\x00')
+    return 's' + h.hexdigest()
+
+
+def _signature(message: ModelMessage) -> bytes:
+    found = _SIGNATURES.get(id(message))
+    if found is not None and found[0] is message:
+        return found[1]
+    stamp = getattr(message, 'timestamp', None)
+    bits = [
+        message.kind,
+        stamp.isoformat() if stamp is not None else '',
+        getattr(message, 'run_id', None) or '',
+    ]
+    for part in message.parts:
+        kind = getattr(part, 'part_kind', type(part).__name__)
+        call_id = getattr(part, 'tool_call_id', None) or ''
+        # Tool results: their id says which; their (possibly already shortened) text does not count.
+        size = '' if _parts.is_tool_result(part) else str(len(_parts.part_text(part)))
+        bits.append(f'{kind}:{call_id}:{size}')
+    signature = '|'.join(bits).encode('utf-8', 'surrogatepass')
+    if len(_SIGNATURES) >= 50_000:
+        _SIGNATURES.clear()
+    _SIGNATURES[id(message)] = (message, signature)
+    return signature

@@ -1,0 +1,220 @@
+"""The side store of originals: what `read_context` reads where the log the tools see cannot give it.
+
+`ContextArchive` is a profile's: policies hand it what their markers replace (through
+`CompileContext.originals`), keyed by ref, and the read-back tools ask it. Spans are always kept
+(a span's messages, or the refs of earlier spans it folds in); tool results only where the view
+replaces the run's history (pydantic-ai 1.x `history_processors`, `process_history()`, a compiled
+view sent as the history): on pydantic-ai 2.x the capability's log stays whole.
+
+The store underneath is anything with `get(key)` and `put(key, value)` of text
+(`ReadbackStore`): in memory by default (`MemoryReadbackStore`), a session's or a key-value
+service's for a process that must read back what an earlier one compacted.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, runtime_checkable
+
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+
+from . import _parts
+from ._markers import conversation_key, is_readback
+
+__all__ = ('ContextArchive', 'MemoryReadbackStore', 'ReadbackStore')
+
+logger = logging.getLogger(__name__)
+
+_RESULT_KEY: Final = 'pydantic_ai_context/readback/result/'
+_SPAN_KEY: Final = 'pydantic_ai_context/readback/span/'
+
+
+@runtime_checkable
+class ReadbackStore(Protocol):
+    """The side store: text by key. Values are JSON written by `ContextArchive`.
+
+    Two methods, so a persistent store (a session's, a key-value service's) plugs in as is. Their
+    errors are logged and treated as a miss: a failing store never breaks a run.
+    """
+
+    def get(self, key: str) -> str | None:
+        """The value stored under `key`, or None."""
+        ...
+
+    def put(self, key: str, value: str) -> None:
+        """Store `value` under `key` (a later put of the same key may replace it)."""
+        ...
+
+
+class MemoryReadbackStore:
+    """The default side store: a dict in memory, oldest entries evicted past `max_chars`.
+
+    Example:
+        ```python
+        from pydantic_ai_context.archive import MemoryReadbackStore
+
+        store = MemoryReadbackStore(max_chars=10)
+        store.put('a', '12345'); store.put('b', '67890'); store.put('c', 'x')
+        assert store.get('a') is None and store.get('b') == '67890' and len(store) == 2
+        ```
+    """
+
+    def __init__(self, *, max_chars: int = 64_000_000) -> None:
+        if max_chars < 1:
+            raise ValueError(f'max_chars must be >= 1, got {max_chars}')
+        self.max_chars = max_chars
+        self._entries: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._chars = 0
+
+    def get(self, key: str) -> str | None:
+        return self._entries.get(key)
+
+    def put(self, key: str, value: str) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._chars -= len(old)
+        self._entries[key] = value
+        self._chars += len(value)
+        while self._chars > self.max_chars and len(self._entries) > 1:
+            _, dropped = self._entries.popitem(last=False)
+            self._chars -= len(dropped)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@dataclass(frozen=True)
+class _Sink:
+    """What one compile hands its policies: spans always, tool results unless the log is whole."""
+
+    archive: ContextArchive
+    results: bool
+    conversation: str
+
+    def keep_result(self, ref: str, part: Any) -> None:
+        if self.results:
+            self.archive.keep_result(ref, part, conversation=self.conversation)
+
+    def keep_span(self, ref: str, items: Sequence[ModelMessage | str]) -> None:
+        self.archive.keep_span(ref, items, results=self.results, conversation=self.conversation)
+
+
+class ContextArchive:
+    """A profile's side store of originals, by conversation and ref: what `read_context` reads where the log cannot.
+
+    Every entry belongs to one conversation (`_markers.conversation_key` of the log it came
+    from); reading asks for the conversation of the log at hand, so a profile serving several
+    conversations keeps them apart.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ToolReturnPart
+
+        from pydantic_ai_context.archive import ContextArchive
+
+        archive = ContextArchive()
+        archive.keep_result('c1', ToolReturnPart('read_file', 'line 1\\nline 2', tool_call_id='c1'))
+        assert archive.result('c1') == ('read_file', 'line 1\\nline 2')
+        assert archive.result('c2') is None
+        ```
+    """
+
+    def __init__(self, store: ReadbackStore | None = None) -> None:
+        self.store: ReadbackStore = store if store is not None else MemoryReadbackStore()
+        self._written: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._spans: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+
+    def sink(self, messages: Sequence[ModelMessage], *, results: bool) -> _Sink:
+        """The sink for one compile of `messages`; `results=False` when the log the tools read is whole."""
+        return _Sink(self, results, conversation_key(messages))
+
+    def keep_result(self, ref: str, part: Any, *, conversation: str = '') -> None:
+        """Keep the original of tool result `part` under `ref` (once per ref and conversation)."""
+        key = f'{_RESULT_KEY}{conversation}/{ref}'
+        if key in self._written or is_readback(part):
+            return
+        value = {
+            'tool': getattr(part, 'tool_name', None) or '',
+            'text': _parts.tool_content_text(part.content),
+        }
+        self._put(key, json.dumps(value, ensure_ascii=False))
+
+    def keep_span(
+        self, ref: str, items: Sequence[ModelMessage | str], *, results: bool = True, conversation: str = ''
+    ) -> None:
+        """Keep the messages span `ref` stands for (once per ref); a `str` item is an earlier span's ref.
+
+        With `results`, the span's own (not yet shortened) tool results are kept by `tool_call_id`
+        too: dropping the span takes them out of the history.
+        """
+        self._spans[(conversation, ref)] = None
+        self._spans.move_to_end((conversation, ref))
+        while len(self._spans) > 10_000:
+            self._spans.popitem(last=False)
+        key = f'{_SPAN_KEY}{conversation}/{ref}'
+        if key in self._written:
+            return
+        encoded: list[Any] = []
+        for item in items:
+            if isinstance(item, str):
+                encoded.append({'ref': item})
+                continue
+            encoded.append(ModelMessagesTypeAdapter.dump_python([item], mode='json')[0])
+            if results:
+                for part in _parts.tool_results(item):
+                    if _parts.marker(part) is None and not is_readback(part):
+                        self.keep_result(part.tool_call_id, part, conversation=conversation)
+        self._put(key, json.dumps({'items': encoded}, ensure_ascii=False))
+
+    def result(self, ref: str, *, conversation: str = '') -> tuple[str, str] | None:
+        """(tool name, original text) of the tool result `ref` of `conversation`, or None."""
+        value = self._get(f'{_RESULT_KEY}{conversation}/{ref}')
+        if value is None:
+            return None
+        return str(value.get('tool', '')), str(value.get('text', ''))
+
+    def span(self, ref: str, *, conversation: str = '') -> list[ModelMessage | str] | None:
+        """The items of span `ref` of `conversation` (messages, and refs of earlier spans), or None."""
+        value = self._get(f'{_SPAN_KEY}{conversation}/{ref}')
+        if value is None:
+            return None
+        out: list[ModelMessage | str] = []
+        for item in value.get('items', []):
+            if isinstance(item, dict) and set(item) == {'ref'}:
+                out.append(str(item['ref']))
+            else:
+                out.extend(ModelMessagesTypeAdapter.validate_python([item]))
+        return out
+
+    def span_refs(self, conversation: str = '') -> list[str]:
+        """Refs of the spans of `conversation` kept by this process, oldest first (for `search_context`)."""
+        return [ref for conv, ref in self._spans if conv == conversation]
+
+    def _put(self, key: str, value: str) -> None:
+        try:
+            self.store.put(key, value)
+        except Exception:  # a user's store: logged, never breaks the compile
+            logger.warning('read-back store failed to keep %s', key, exc_info=True)
+            return
+        self._written[key] = None
+        while len(self._written) > 100_000:
+            self._written.popitem(last=False)
+
+    def _get(self, key: str) -> dict[str, Any] | None:
+        try:
+            raw = self.store.get(key)
+        except Exception:
+            logger.warning('read-back store failed to read %s', key, exc_info=True)
+            return None
+        if raw is None:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            logger.warning('read-back store holds invalid JSON under %s', key)
+            return None
+        return value if isinstance(value, dict) else None

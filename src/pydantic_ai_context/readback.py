@@ -1,0 +1,424 @@
+"""Read back what a view left out: `read_context`, `search_context`, the toolset and the instruction.
+
+Every marker a policy writes names a ref (`[original: read_context('<ref>')]`): a tool result by
+its `tool_call_id`, a span of messages (a dropped span, a summarised middle, a finished run's
+trace) by a short stable id. The tools find the original:
+
+- a tool result in the canonical log the tool sees (`ctx.messages`: the whole log on pydantic-ai
+  2.x with the profile as a capability), else in the side store;
+- a span in the side store (its messages as the view held them; their tool results are read
+  back from the log or the store again, so a span reads back whole).
+
+The side store (`archive.ContextArchive`) holds what the log the tools read cannot give.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pydantic_ai.exceptions import ModelRetry
+from pydantic_ai.messages import (
+    InstructionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    UserPromptPart,
+)
+from pydantic_ai.tools import RunContext
+from pydantic_ai.toolsets import FunctionToolset
+
+from . import _parts, _search
+from ._markers import READ_CONTEXT, SEARCH_CONTEXT, conversation_key, has_ref, is_readback, ref_of
+from .archive import ContextArchive
+
+__all__ = (
+    'READBACK_INSTRUCTION',
+    'READ_CONTEXT',
+    'SEARCH_CONTEXT',
+    'read_context',
+    'readback_toolset',
+    'search_context',
+    'shows_markers',
+    'with_readback_instruction',
+)
+
+logger = logging.getLogger(__name__)
+
+READBACK_INSTRUCTION: Final = (
+    'Some earlier tool outputs and messages of this conversation are shortened or left out to save '
+    "context; each such marker ends with [original: read_context('<ref>')]. Call read_context(ref) to "
+    'read an original (paged by lines: offset, limit) and search_context(query) to find refs by '
+    'content. Read back only what you need.'
+)
+"""The one instruction the profile adds, word for word the same in every request it appears in."""
+
+PAGE_LINES: Final = 200
+"""Lines `read_context` returns by default."""
+PAGE_CHARS: Final = 20_000
+"""Characters one page holds at most (a page stops early, and a longer line is cut)."""
+SEARCH_HITS: Final = 5
+MAX_SEARCH_HITS: Final = 20
+
+_MAX_DEPTH: Final = 8
+
+
+# --- resolving a ref ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Original:
+    what: str
+    """How the header describes it: `read_file result`, `span of 12 messages`."""
+    text: str
+
+
+def _find_result(ref: str, log: Sequence[ModelMessage]) -> Any:
+    for message in reversed(log):
+        for part in _parts.tool_results(message):
+            if part.tool_call_id == ref:
+                return part
+    return None
+
+
+def _result_text(
+    ref: str, log: Sequence[ModelMessage], archive: ContextArchive | None
+) -> tuple[str, str] | None:
+    """(tool name, original text) of tool result `ref`: the log's copy unless it is a marker, else the store's."""
+    part = _find_result(ref, log)
+    if part is not None and _parts.marker(part) is None:
+        return part.tool_name or '', _parts.part_text(part)
+    kept = archive.result(ref, conversation=conversation_key(log)) if archive is not None else None
+    if kept is not None:
+        return kept
+    return None
+
+
+def _resolve(ref: str, log: Sequence[ModelMessage], archive: ContextArchive | None) -> _Original:
+    part = _find_result(ref, log)
+    if part is not None and is_readback(part):
+        raise ModelRetry(
+            f'{ref!r} is the result of a {part.tool_name} call, not an original: '
+            'read the ref that call was given instead.'
+        )
+    found = _result_text(ref, log, archive)
+    if found is not None:
+        return _Original(f'{found[0] or "tool"} result', found[1])
+    items = archive.span(ref, conversation=conversation_key(log)) if archive is not None else None
+    if items is not None:
+        lines = [line for _, chunk in _render_span(items, log, archive, depth=0) for line in chunk]
+        n = sum(1 for item in items if not isinstance(item, str))
+        return _Original(f'span of {n} message{"s" if n != 1 else ""}', '\n'.join(lines))
+    if part is not None:
+        raise ModelRetry(f'the original of {ref!r} is no longer available; its marker is all that is left.')
+    raise ModelRetry(
+        f'unknown ref {ref!r}: use a ref named in a marker ([original: read_context(...)]) '
+        'or found by search_context.'
+    )
+
+
+def _render_span(
+    items: Sequence[ModelMessage | str],
+    log: Sequence[ModelMessage],
+    archive: ContextArchive | None,
+    *,
+    depth: int,
+) -> Iterator[tuple[ModelMessage | None, list[str]]]:
+    """Each message of a span as text lines (nested spans expanded), with the message it came from."""
+    for item in items:
+        if isinstance(item, str):
+            nested = (
+                archive.span(item, conversation=conversation_key(log))
+                if archive is not None and depth < _MAX_DEPTH
+                else None
+            )
+            if nested is None:
+                yield None, [f'(earlier span {item}: no longer available)']
+            else:
+                yield from _render_span(nested, log, archive, depth=depth + 1)
+            continue
+        yield item, list(_message_lines(item, log, archive))
+
+
+def _message_lines(
+    message: ModelMessage, log: Sequence[ModelMessage], archive: ContextArchive | None
+) -> Iterator[str]:
+    part: Any
+    for part in message.parts:
+        if isinstance(part, SystemPromptPart):
+            yield f'system: {part.content}'
+        elif isinstance(part, UserPromptPart):
+            yield f'user: {_parts.user_content_text(part.content)}'
+        elif _parts.is_tool_result(part):
+            yield from _result_lines(part, log, archive)
+        elif _parts.is_tool_call(part):
+            yield f'assistant called {part.tool_name} [{part.tool_call_id}]: {_parts.args_text(part)}'
+        elif isinstance(part, TextPart):
+            yield f'assistant: {part.content}'
+        elif getattr(part, 'part_kind', '') == 'thinking':
+            continue
+        else:
+            text = _parts.part_text(part)
+            if text:
+                role = 'assistant' if isinstance(message, ModelResponse) else 'context'
+                yield f'{role}: {text}'
+
+
+def _result_lines(part: Any, log: Sequence[ModelMessage], archive: ContextArchive | None) -> Iterator[str]:
+    head = f'tool result {part.tool_name} [{part.tool_call_id}]'
+    if is_readback(part):
+        # Never recursive: a read-back's page is a copy of an original that has its own ref.
+        yield f'{head}: (a read-back result; not repeated)'
+        return
+    found = _result_text(part.tool_call_id, log, archive)
+    text = found[1] if found is not None else _parts.part_text(part)
+    status = ' (failed)' if _parts.is_failed_result(part) else ''
+    yield f'{head}{status}: {text}'
+
+
+def _page(ref: str, original: _Original, offset: int, limit: int) -> str:
+    lines = original.text.split('\n')
+    total = len(lines)
+    if not original.text.strip():
+        raise ModelRetry(f'the original of {ref!r} is empty.')
+    if offset < 0 or limit < 1:
+        raise ModelRetry('offset must be >= 0 and limit >= 1.')
+    if offset >= total:
+        raise ModelRetry(f'{ref!r} has {total:,} lines; offset {offset:,} is past its end.')
+    page: list[str] = []
+    chars = 0
+    for line in lines[offset : offset + limit]:
+        if len(line) > PAGE_CHARS:
+            line = f'{line[:PAGE_CHARS]} [... line cut at {PAGE_CHARS:,} of {len(line):,} characters]'
+        if page and chars + len(line) > PAGE_CHARS:
+            break
+        page.append(line)
+        chars += len(line) + 1
+    end = offset + len(page)
+    header = f'[{ref}: {original.what}, lines {offset + 1:,}-{end:,} of {total:,}'
+    if end < total:
+        header += f"; next page: read_context('{ref}', offset={end})"
+    return header + ']\n' + '\n'.join(page)
+
+
+def read_context(
+    ref: str,
+    log: Sequence[ModelMessage],
+    archive: ContextArchive | None = None,
+    *,
+    offset: int = 0,
+    limit: int = PAGE_LINES,
+) -> str:
+    """The original behind `ref`, lines `offset` to `offset + limit`, under a header with the total.
+
+    A tool result comes from `log` (unless the log holds only its marker), else from `archive`;
+    a span from `archive`. An unknown ref, an empty original or an offset past the end raises
+    `ModelRetry`, which a tool turns into a retry prompt the model can act on.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
+        from pydantic_ai_context.readback import read_context
+
+        log = [ModelRequest(parts=[ToolReturnPart('read_file', 'alpha\\nbeta\\ngamma', tool_call_id='c1')])]
+        page = read_context('c1', log, offset=1, limit=1)
+        assert page == "[c1: read_file result, lines 2-2 of 3; next page: read_context('c1', offset=2)]\\nbeta"
+        ```
+    """
+    ref = ref.strip()
+    if not ref:
+        raise ModelRetry("give the ref a marker names, e.g. read_context('call_abc').")
+    return _page(ref, _resolve(ref, log, archive), offset, limit)
+
+
+# --- searching ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Document:
+    ref: str
+    what: str
+    text: str
+    line: int | None = None
+    """For a message of a span: its first line in `read_context(ref)`."""
+
+
+def _documents(log: Sequence[ModelMessage], archive: ContextArchive | None) -> list[_Document]:
+    docs: list[_Document] = []
+    seen: set[str] = set()
+
+    def add_result(part: Any) -> None:
+        ref = part.tool_call_id
+        if ref in seen or is_readback(part):
+            return
+        seen.add(ref)
+        found = _result_text(ref, log, archive)
+        text = found[1] if found is not None else _parts.part_text(part)
+        docs.append(_Document(ref, f'{part.tool_name} result', text))
+
+    span_refs: dict[str, None] = {}
+    for message in log:
+        for part in _parts.tool_results(message):
+            add_result(part)
+        ref = ref_of(message)
+        if ref is not None:
+            span_refs[ref] = None
+    if archive is None:
+        return docs
+    conversation = conversation_key(log)
+    span_refs.update(dict.fromkeys(archive.span_refs(conversation)))
+    for ref in span_refs:
+        items = archive.span(ref, conversation=conversation)
+        if items is None:
+            continue
+        at = 0
+        for held, chunk in _render_span(items, log, archive, depth=0):
+            if held is not None:
+                for part in _parts.tool_results(held):
+                    add_result(part)
+                text = '\n'.join(_message_lines_without_results(held, log, archive))
+                if text:
+                    role = 'assistant' if isinstance(held, ModelResponse) else 'user'
+                    docs.append(_Document(ref, f'{role} message of a span', text, at))
+            at += sum(text_line.count('\n') + 1 for text_line in chunk)
+    return docs
+
+
+def _message_lines_without_results(
+    message: ModelMessage, log: Sequence[ModelMessage], archive: ContextArchive | None
+) -> Iterator[str]:
+    # A span's tool results are searched under their own refs.
+    if isinstance(message, ModelRequest):
+        message = _parts.replace_parts(message, [p for p in message.parts if not _parts.is_tool_result(p)])
+    return _message_lines(message, log, archive)
+
+
+def search_context(
+    query: str,
+    log: Sequence[ModelMessage],
+    archive: ContextArchive | None = None,
+    *,
+    limit: int = SEARCH_HITS,
+) -> str:
+    """Rank the tool results and left-out messages of the conversation against `query` (BM25); list
+    the best `limit` as refs with a snippet, best first. Nothing found raises `ModelRetry`.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
+        from pydantic_ai_context.readback import search_context
+
+        log = [
+            ModelRequest(parts=[ToolReturnPart('read_file', 'def parse(): ...', tool_call_id='c1')]),
+            ModelRequest(parts=[ToolReturnPart('read_file', 'ValueError: bad header', tool_call_id='c2')]),
+        ]
+        assert search_context('bad header', log).splitlines()[1].startswith('- c2 (read_file result)')
+        ```
+    """
+    limit = max(1, min(limit, MAX_SEARCH_HITS))
+    if not _search.query_terms(query):
+        raise ModelRetry('the query has no words to search for.')
+    docs = _documents(log, archive)
+    hits: list[str] = []
+    shown: set[tuple[str, str]] = set()
+    for index, snippet in _search.rank([d.text for d in docs], query, limit * 3):
+        doc = docs[index]
+        if (doc.ref, snippet) in shown:
+            continue
+        shown.add((doc.ref, snippet))
+        where = f', line {doc.line + 1:,}' if doc.line is not None else ''
+        hits.append(f'- {doc.ref} ({doc.what}{where}): {snippet}')
+        if len(hits) == limit:
+            break
+    if not hits:
+        raise ModelRetry(f'nothing earlier in this conversation matches {query!r}; try other words.')
+    return f'{len(hits)} match{"es" if len(hits) != 1 else ""} for {query!r}, best first:\n' + '\n'.join(hits)
+
+
+# --- the tools and the instruction ------------------------------------------------------------------
+
+
+_SHOWS: dict[int, tuple[ModelMessage, bool]] = {}
+
+
+def shows_markers(messages: Sequence[ModelMessage]) -> bool:
+    """Whether any message of `messages` is, or holds, a marker naming a ref."""
+    for message in messages:
+        found = _SHOWS.get(id(message))
+        if found is None or found[0] is not message:
+            if len(_SHOWS) >= 100_000:
+                _SHOWS.clear()
+            found = _SHOWS[id(message)] = (message, has_ref(message))
+        if found[1]:
+            return True
+    return False
+
+
+def with_readback_instruction(parts: list[InstructionPart] | None) -> list[InstructionPart]:
+    """`parts` with `READBACK_INSTRUCTION` after the static parts (once): the cached static prefix
+    then holds it from the first request that carries it on."""
+    out = list(parts or [])
+    if any(p.content == READBACK_INSTRUCTION for p in out):
+        return out
+    at = next((i for i, p in enumerate(out) if p.dynamic), len(out))
+    return [*out[:at], InstructionPart(READBACK_INSTRUCTION), *out[at:]]
+
+
+def readback_toolset(
+    archive: ContextArchive | None = None, *, instructions: bool = True
+) -> FunctionToolset[Any]:
+    """A toolset with `read_context` and `search_context`, reading the run's history and `archive`.
+
+    With `instructions`, the toolset also gives `READBACK_INSTRUCTION` to every request whose
+    history holds a marker (pydantic-ai resolves a toolset's instructions before the history
+    processors run, so on pydantic-ai 1.x it appears from the request after the first one that
+    compacted). A profile's capability adds the instruction itself and uses `instructions=False`.
+
+    Example:
+        ```python
+        from pydantic_ai import Agent
+        from pydantic_ai.models.test import TestModel
+
+        from pydantic_ai_context.readback import readback_toolset
+
+        agent = Agent(TestModel(call_tools=[]), toolsets=[readback_toolset()])
+        assert agent.run_sync('hi').output
+        ```
+    """
+
+    async def read_context_tool(
+        ctx: RunContext[Any], ref: str, offset: int = 0, limit: int = PAGE_LINES
+    ) -> str:
+        """Read back the original of a shortened or left-out part of this conversation.
+
+        Args:
+            ref: The ref a marker names (`[original: read_context('<ref>')]`) or search_context found.
+            offset: The first line to return (0-based); a page's header says where the next one starts.
+            limit: How many lines to return.
+        """
+        return read_context(ref, ctx.messages, archive, offset=offset, limit=limit)
+
+    async def search_context_tool(ctx: RunContext[Any], query: str, limit: int = SEARCH_HITS) -> str:
+        """Search the earlier tool outputs and left-out messages of this conversation; returns refs with snippets.
+
+        Args:
+            query: Words to look for (paths, names, error text).
+            limit: How many matches to return, best first.
+        """
+        return search_context(query, ctx.messages, archive, limit=limit)
+
+    def instruction(ctx: RunContext[Any]) -> str | None:
+        return READBACK_INSTRUCTION if shows_markers(ctx.messages) else None
+
+    toolset: FunctionToolset[Any] = FunctionToolset(
+        max_retries=3, instructions=[instruction] if instructions else None
+    )
+    toolset.add_function(read_context_tool, name=READ_CONTEXT)
+    toolset.add_function(search_context_tool, name=SEARCH_CONTEXT)
+    return toolset

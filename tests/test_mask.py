@@ -275,10 +275,11 @@ def listing_log(*later: Tool) -> list[ModelMessage]:
 
 def test_a_digest_lists_a_few_paths_and_counts_the_rest() -> None:
     log = listing_log(*(Tool('bash', {'command': f'echo {i}'}, str(i)) for i in range(3)))
-    digest = run(mask(), log)[2].parts[0].content
+    digest, ref_line = run(mask(), log)[2].parts[0].content.rsplit('\n', 1)
     assert digest.endswith(
         'paths: ' + ', '.join(f'/repo/src/pkg/mod_{i}.py' for i in range(8)) + ' (+52 more)'
     )
+    assert ref_line.startswith('[original: read_context(')
     everything = run(mask(max_paths=100), log)[2].parts[0].content
     assert all(f'/repo/src/pkg/mod_{i}.py' in everything for i in range(60))
 
@@ -296,8 +297,9 @@ def test_a_mention_past_the_horizon_leaves_the_digest_as_it_was() -> None:
     # Bounded, so a digest stops changing: the cached prefix that holds it stays valid.
     fillers = [Tool('bash', {'command': f'echo {i}'}, str(i)) for i in range(12)]
     opened = Tool('bash', {'command': 'cat src/pkg/mod_41.py'}, 'def parse(): ...')
-    before = run(mask(), listing_log(*fillers))[2].parts[0].content
-    after = run(mask(), listing_log(*fillers, opened))[2].parts[0].content
+    # (Each log gets new call ids, so the digests are compared without their ref line.)
+    before = run(mask(), listing_log(*fillers))[2].parts[0].content.rsplit('\n', 1)[0]
+    after = run(mask(), listing_log(*fillers, opened))[2].parts[0].content.rsplit('\n', 1)[0]
     assert after == before
     assert '/repo/src/pkg/mod_41.py' not in after
 

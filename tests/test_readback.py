@@ -134,7 +134,7 @@ async def test_agent_reads_back_a_masked_read_and_searches_another(path: str) ->
     script = reading_script()
     p = coding_profile()
     result = await agent_for(path, p, script.model()).run('read every module')
-    assert result.output == 'done', 'a bad ref is a retry prompt: the run goes on'
+    assert result.output == 'done', 'a bad ref is a failed tool result: the run goes on'
     seen = script.seen
 
     # The request that calls read_context: the first read is masked and names its ref.
@@ -157,9 +157,9 @@ async def test_agent_reads_back_a_masked_read_and_searches_another(path: str) ->
     assert hits[1].startswith('- c8 (read_file result)')
     assert 'SECRET_7' in hits[1]
 
-    # The bad ref came back as a retry prompt the model could act on.
+    # The bad ref came back as a failed tool result the model could act on.
     retry = result_with_id(seen[33][0], 'r3')
-    assert is_failed_result(retry)
+    assert is_failed_result(retry) or PYDANTIC_AI_MAJOR < 2  # 1.x: an `Error:` result
     assert "unknown ref 'no-such-ref'" in part_text(retry)
 
     # Where the log stays whole (2.x capability) it is untouched; elsewhere the side store had c1.
@@ -522,3 +522,37 @@ def test_span_refs_are_short_stable_and_content_derived() -> None:
     assert span_ref(copy.deepcopy(log[1:5])) == ref
     assert span_ref(log[1:7]) != ref
     assert span_ref(['s00000000', *log[1:5]]) != ref
+
+
+async def test_bad_refs_never_end_a_run_however_often_the_model_asks() -> None:
+    """A model that keeps reading back refs that do not exist is told so each time (no retry budget)."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    calls = 0
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        if calls <= 8:
+            return ModelResponse(
+                parts=[ToolCallPart('read_context', {'ref': f'nope-{calls}'}, tool_call_id=f'x{calls}')]
+            )
+        return ModelResponse(parts=[TextPart('gave up')])
+
+    p = coding_profile()
+    toolsets = [] if PYDANTIC_AI_MAJOR >= 2 else [p.toolset]
+    agent = Agent(FunctionModel(model), capabilities=[p] if PYDANTIC_AI_MAJOR >= 2 else [], toolsets=toolsets)
+    result = await agent.run('read back something')
+    assert result.output == 'gave up'
+    failures = [
+        p
+        for m in result.all_messages()
+        for p in m.parts
+        if getattr(p, 'tool_name', None) == 'read_context' and not hasattr(p, 'args')
+    ]
+    assert len(failures) == 8
+    assert all('unknown ref' in part_text(f) for f in failures)
+    if PYDANTIC_AI_MAJOR >= 2:
+        assert all(is_failed_result(f) for f in failures)

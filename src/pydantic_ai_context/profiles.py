@@ -496,12 +496,10 @@ class ContextProfile(AbstractCapability[Any]):
     ) -> list[ModelMessage]:
         # The canonical log is the run's history; pydantic-ai 1.x writes the view back to it, so
         # there the log is not whole and the read-back tools read the side store.
+        instructed = self._readback_instructed(ctx)
         parameters = request_context.model_request_parameters
-        if self.readback:
-            # Measured as if the read-back instruction were sent: it may be added after compiling.
-            parameters = dataclasses.replace(
-                parameters, instruction_parts=with_readback_instruction(parameters.instruction_parts)
-            )
+        if instructed:
+            parameters = _with_instruction(parameters)
         view = await self.compile_request(
             list(request_context.messages),
             ctx,
@@ -509,8 +507,41 @@ class ContextProfile(AbstractCapability[Any]):
             parameters=parameters,
             whole_log=PYDANTIC_AI_MAJOR >= 2,
         )
-        self._add_readback_instruction(ctx, request_context, view)
+        if self.readback and not instructed and shows_markers(view):
+            # The first view with a marker: from here on the run's requests carry the instruction
+            # (its few tokens, new this once, are within the budget's safety margin).
+            self._mark_instructed(ctx)
+            parameters = _with_instruction(parameters)
+            self._remeasure_instructions(view, request_context.model, parameters)
+        request_context.model_request_parameters = parameters
         return view
+
+    def _readback_instructed(self, ctx: Any) -> bool:
+        run_id = getattr(ctx, 'run_id', None)
+        return self.readback and run_id is not None and run_id in self._readback_runs
+
+    def _mark_instructed(self, ctx: Any) -> None:
+        run_id = getattr(ctx, 'run_id', None)
+        if run_id is None:
+            return
+        self._readback_runs[run_id] = None
+        while len(self._readback_runs) > 1_024:
+            self._readback_runs.popitem(last=False)
+
+    def _remeasure_instructions(self, view: Sequence[ModelMessage], model: Any, parameters: Any) -> None:
+        """Bring the gauge up to date with the instructions the request now sends."""
+        overhead = measure_overhead(
+            view, counter=self.counter_for(model), parameters=parameters, memo=self._overhead_memo
+        )
+        self.last_overhead = overhead
+        usage = self.last_usage
+        if usage is not None and self.reserved_system is None:
+            self.last_usage = dataclasses.replace(
+                usage,
+                instructions_tokens=overhead.instructions_tokens,
+                tools_tokens=overhead.tools_tokens,
+                used_tokens=usage.message_tokens + overhead.instructions_tokens + overhead.tools_tokens,
+            )
 
     async def on_model_request_error(
         self,
@@ -656,26 +687,6 @@ class ContextProfile(AbstractCapability[Any]):
         if found is None:
             found = self._toolsets[instructions] = readback_toolset(self.archive, instructions=instructions)
         return found
-
-    def _add_readback_instruction(
-        self, ctx: RunContext[Any], request_context: ModelRequestContext, view: Sequence[ModelMessage]
-    ) -> None:
-        """Add the read-back instruction from the first request whose view shows a marker, then to every
-        request of that run: the same text each time, so the cached prefix holding it stays valid."""
-        if not self.readback:
-            return
-        run_id = getattr(ctx, 'run_id', None)
-        if run_id is None or run_id not in self._readback_runs:
-            if not shows_markers(view):
-                return
-            if run_id is not None:
-                self._readback_runs[run_id] = None
-                while len(self._readback_runs) > 1_024:
-                    self._readback_runs.popitem(last=False)
-        params = request_context.model_request_parameters
-        request_context.model_request_parameters = dataclasses.replace(
-            params, instruction_parts=with_readback_instruction(params.instruction_parts)
-        )
 
     # --- pydantic-ai integration --------------------------------------------------------------
 
@@ -908,6 +919,13 @@ def _tightened_window(
         if capped < tokens:
             tokens, source = max(capped, 1), 'provider'
     return tokens, source
+
+
+def _with_instruction(parameters: Any) -> Any:
+    """`parameters` with the read-back instruction among its instruction parts."""
+    return dataclasses.replace(
+        parameters, instruction_parts=with_readback_instruction(parameters.instruction_parts)
+    )
 
 
 def _step_key(ctx: Any) -> tuple[str | None, int]:

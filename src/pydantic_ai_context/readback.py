@@ -15,7 +15,7 @@ The side store (`archive.ContextArchive`) holds what the log the tools read cann
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -370,6 +370,28 @@ def with_readback_instruction(parts: list[InstructionPart] | None) -> list[Instr
     return [*out[:at], InstructionPart(READBACK_INSTRUCTION), *out[at:]]
 
 
+try:  # pydantic-ai 2.x: a failed tool result that spends no retry budget
+    from pydantic_ai.exceptions import ToolFailed as _ToolFailed
+except ImportError:  # pragma: no cover - pydantic-ai 1.x
+    _ToolFailed = None  # type: ignore[assignment,misc]
+
+
+async def _answer(compute: Callable[[], str]) -> str:
+    """A bad ref or an empty search, as a failed tool result the model sees and can act on.
+
+    `ToolFailed` (pydantic-ai 2.x) does not spend the tool's retry budget: a model that keeps
+    asking for refs that do not exist is told so each time and the run goes on (a `ModelRetry`
+    would end the run with `UnexpectedModelBehavior` once the retries ran out). pydantic-ai 1.x
+    has no `ToolFailed`: the message comes back as the tool's result, starting with `Error:`.
+    """
+    try:
+        return compute()
+    except ModelRetry as exc:
+        if _ToolFailed is not None:
+            raise _ToolFailed(exc.message) from None
+        return f'Error: {exc.message}'
+
+
 def readback_toolset(
     archive: ContextArchive | None = None, *, instructions: bool = True
 ) -> FunctionToolset[Any]:
@@ -402,7 +424,7 @@ def readback_toolset(
             offset: The first line to return (0-based); a page's header says where the next one starts.
             limit: How many lines to return.
         """
-        return read_context(ref, ctx.messages, archive, offset=offset, limit=limit)
+        return await _answer(lambda: read_context(ref, ctx.messages, archive, offset=offset, limit=limit))
 
     async def search_context_tool(ctx: RunContext[Any], query: str, limit: int = SEARCH_HITS) -> str:
         """Search the earlier tool outputs and left-out messages of this conversation; returns refs with snippets.
@@ -411,7 +433,7 @@ def readback_toolset(
             query: Words to look for (paths, names, error text).
             limit: How many matches to return, best first.
         """
-        return search_context(query, ctx.messages, archive, limit=limit)
+        return await _answer(lambda: search_context(query, ctx.messages, archive, limit=limit))
 
     def instruction(ctx: RunContext[Any]) -> str | None:
         return READBACK_INSTRUCTION if shows_markers(ctx.messages) else None

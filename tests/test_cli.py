@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -244,12 +245,29 @@ def test_inspect_shows_log_view_policies_and_gauge(
 ) -> None:
     path = write_log(tmp_path / 'small.json', small_log())
     assert main(['inspect', str(path), '--profile', 'test_masking', '--window', '20000']) == 0
-    printed = capsys.readouterr().out
+    printed = ' '.join(capsys.readouterr().out.split())  # rich wraps long lines
     assert 'request 4 of 4' in printed
     assert 'changed: masked' in printed
     assert 'blank_old_results' in printed  # the policy table
     assert '/ 20,000 tokens' in printed  # the gauge
     assert 'window: 20,000 (from --window)' in printed
+
+
+def test_inspect_splits_the_request_into_messages_instructions_and_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = small_log()
+    # pydantic-ai records the instructions on every request; a recorded log has no tool schemas.
+    log = [
+        dataclasses.replace(m, instructions='Always answer in French. ' * 20)
+        if isinstance(m, ModelRequest)
+        else m
+        for m in log
+    ]
+    path = write_log(tmp_path / 'instructed.json', log)
+    assert main(['inspect', str(path), '--profile', 'coding', '--window', '20000']) == 0
+    printed = ' '.join(capsys.readouterr().out.split())
+    assert re.search(r'messages [\d,]+, instructions 1\d\d, tools 0;', printed), printed[-600:]
 
 
 def test_inspect_at_a_request_of_the_real_trajectory(capsys: pytest.CaptureFixture[str]) -> None:

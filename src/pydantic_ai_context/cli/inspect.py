@@ -342,14 +342,16 @@ def gauge(usage: ContextUsageEvent, window: Window, width: int = 40) -> Text:
     filled = min(width, max(0, round(usage.fraction * width)))
     style = (
         'red'
-        if usage.message_tokens > usage.limit_tokens
+        if usage.budget_tokens > usage.limit_tokens
         else ('yellow' if usage.over_soft_threshold else 'green')
     )
     text = Text('context ')
     text.append('█' * filled, style=style)
     text.append('░' * (width - filled), style='dim')
     text.append(
-        f' {usage.used_tokens:,} / {usage.window_tokens:,} tokens ({usage.fraction:.1%}); '
+        f' {usage.used_tokens:,} / {usage.window_tokens:,} tokens ({usage.fraction:.1%}): '
+        f'messages {usage.message_tokens:,}, instructions {usage.instructions_tokens:,}, '
+        f'tools {usage.tools_tokens:,}; '
         f'limit {usage.limit_tokens:,}, soft limit {usage.soft_limit_tokens:,}; window: {window.label}; '
         f'{"anchored on provider usage" if usage.anchored else "counted"}'
     )

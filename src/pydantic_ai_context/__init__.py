@@ -56,6 +56,7 @@ from .policies import (
 from .profiles import ContextProfile, available_profiles, profile, register_profile
 from .readback import readback_toolset
 from .session import ContextSession, StoreSummaryCache
+from .session_readback import StoreReadbackStore
 from .settings import ContextSettings
 from .store import Artifact, ArtifactStore, MemoryStore, SessionInfo, SessionStore, SqliteStore, open_store
 from .store._compat import CONVERSATION_STORE_NAMES, HAS_CONVERSATION_STORE, require_conversation_store
@@ -107,6 +108,7 @@ __all__ = [
     'SqliteStore',
     'StoreEntryMissing',
     'StoreError',
+    'StoreReadbackStore',
     'StoreSummaryCache',
     'SummarizeWindow',
     'SummaryCache',

@@ -28,8 +28,9 @@ from .openai_format import from_openai, to_openai
 from .policies.summarize import SummarizeWindow
 from .profiles import ContextProfile
 from .profiles import profile as make_profile
+from .session_readback import StoreReadbackStore
 from .session_summaries import StoreSummaryCache, SummaryIndex, summary_index_key
-from .store import MemoryStore, SessionStore
+from .store import ArtifactStore, MemoryStore, SessionStore
 from .store._codec import check_id
 from .views import CompileContext, compile_view, conversation_view
 
@@ -127,7 +128,12 @@ class ContextSession:
         self._stored: SessionLog = session_log(self.store, self.session_id, scope=scope)
         self._summary_caches: list[StoreSummaryCache] = []
         self._index = SummaryIndex(self.store, self.session_id)
-        self.profile: ContextProfile = self._own_profile(profile if profile is not None else make_profile())
+        base = profile if profile is not None else make_profile()
+        # The originals the markers name, kept in the session's own database (see `session_readback`).
+        self._readback: StoreReadbackStore | None = None
+        if base.readback and base.readback_store is None and isinstance(self.store, ArtifactStore):
+            self._readback = StoreReadbackStore(self.store, self.session_id)
+        self.profile: ContextProfile = self._own_profile(base)
         """The session's own copy of the profile; its summarising steps cache through the store."""
         self._log: list[ModelMessage] = []
         self._lock = asyncio.Lock()
@@ -149,6 +155,8 @@ class ContextSession:
         """
         session = cls(profile, store=store, session_id=session_id, scope=scope)
         session._log = await session._stored.load()
+        if session._readback is not None:
+            await session._readback.preload()
         if session._summary_caches:
             keys = await session._index.load()
             for cache in session._summary_caches:
@@ -166,7 +174,10 @@ class ContextSession:
         # A copy even without summarising steps: the profile keeps per-compile state (events, the
         # last view sent) that must not mix two conversations. Its events are also recorded on
         # the user's profile, so `base.run_events()` after `session.run` shows the run's compactions.
-        return base.replace(steps=tuple(steps)).recording_into(base)
+        changes: dict[str, Any] = {'steps': tuple(steps)}
+        if self._readback is not None:
+            changes['readback_store'] = self._readback
+        return base.replace(**changes).recording_into(base)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -259,6 +270,8 @@ class ContextSession:
                 budget=budget,
                 model=self.profile.summary_model if self.profile.summary_model is not None else model,
                 log=log,
+                # The view may be sent anywhere: keep every original its markers name.
+                originals=self.profile.archive.sink(log, results=True) if self.profile.readback else None,
             )
             view = await compile_view(
                 log,
@@ -276,6 +289,8 @@ class ContextSession:
         await self.profile._dispatch(event)  # a handler that raises is logged, never propagated
 
     async def _persist_summaries(self) -> None:
+        if self._readback is not None:
+            await self._readback.flush()
         used: dict[str, None] = {}
         for cache in self._summary_caches:
             await cache.flush()

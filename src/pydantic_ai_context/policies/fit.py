@@ -24,6 +24,7 @@ from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
+from .trim import shorten_results
 
 __all__ = ('FitToBudget', 'fit_to_budget')
 
@@ -87,6 +88,9 @@ class FitToBudget(SyncPolicy):
     """The step's name in a profile's chain."""
     keep_last_steps: int = 2
     """Steps (response + following request) at the end of the view that are never dropped (at least 1)."""
+    trim_tokens: int = 200
+    """When no step is left to drop, the recency window's tool results (all but the newest
+    request's) are cut to about this many tokens, head + tail, before anything fails."""
     drop_granularity: float = 0.2
     """Steps are dropped in chunks of this share of the limit, so the view shrinks well below the limit
     and stays put for a while (0 drops just enough, breaking the prompt cache on every request; replay at
@@ -156,21 +160,87 @@ class FitToBudget(SyncPolicy):
             freed += sizes[unit]
         view = plan.build(dropped, sizes)
         final = counter.count_messages(view)
+        degraded = False
         if final > limit:
-            raise ContextBudgetExceeded(
-                final, limit, detail=plan.explain(view, dropped, counter, limit), policy=self.name
-            )
+            view, final = self._degrade(view, plan, dropped, limit, context)
+            degraded = True
         n = sum(plan.units[u][1] - plan.units[u][0] for u in dropped)
-        context.note(
-            f'dropped {n} oldest messages ({freed:,} tokens) to fit the limit of {limit:,} tokens',
-            dropped_messages=n,
-            dropped_tokens=freed,
-        )
+        if n:
+            context.note(
+                f'dropped {n} oldest messages ({freed:,} tokens) to fit the limit of {limit:,} tokens',
+                dropped_messages=n,
+                dropped_tokens=freed,
+            )
         # Extending later is exact only if this drop stopped on the target (not by running out of
         # steps: the next request's longer view has more to offer) and dropped plain steps only.
-        extendable = freed >= target and all(_kind(messages, plan.units[u]) == 'step' for u in dropped)
+        extendable = (
+            not degraded
+            and freed >= target
+            and all(_kind(messages, plan.units[u]) == 'step' for u in dropped)
+        )
         self._last = last_call(messages, view, context_key(context), context, (target, extendable))
         return view
+
+    def _degrade(
+        self,
+        view: list[ModelMessage],
+        plan: _Plan,
+        dropped: set[int],
+        limit: int,
+        context: CompileContext,
+    ) -> tuple[list[ModelMessage], int]:
+        """What still keeps the run going once no step is left to drop (DESIGN.md invariant 3).
+
+        First the tool results of the recency window are trimmed, all but the newest request's;
+        then the newest request's results are clamped to the room left (head + tail, the original
+        size in the marker). Raises `ContextBudgetExceeded` when even that does not fit, saying
+        whether the task framing or the newest step is too large.
+        """
+        counter = context.counter
+        out = list(view)
+        newest = len(out) - 1
+        results = [
+            i
+            for i in range(plan.head_end, newest)
+            if isinstance(out[i], ModelRequest) and _parts.tool_results(out[i])
+        ]
+        trimmed = 0
+        for i in results:
+            shorter = shorten_results(
+                cast(ModelRequest, out[i]), max_tokens=self.trim_tokens, counter=counter
+            )
+            if shorter is not out[i]:
+                out[i] = shorter
+                trimmed += 1
+        used = counter.count_messages(out)
+        clamped = 0
+        last = out[newest]
+        if used > limit and isinstance(last, ModelRequest) and _parts.tool_results(last):
+            others = used - counter.count_message(last)
+            room = limit - others
+            n_results = len(_parts.tool_results(last))
+            # The marker and the facts listed after the cut take room too: aim lower and retry.
+            for share in (0.8, 0.6, 0.4):
+                per_result = math.floor(room * share / n_results)
+                if per_result < 1:
+                    break
+                candidate = shorten_results(last, max_tokens=per_result, counter=counter, recent=True)
+                out[newest] = candidate
+                used = others + counter.count_message(candidate)
+                clamped = 1 if candidate is not last else 0
+                if used <= limit:
+                    break
+        if used > limit:
+            raise ContextBudgetExceeded(
+                used, limit, detail=plan.explain_degraded(out, counter, limit), policy=self.name
+            )
+        context.note(
+            f'nothing left to drop: trimmed the tool results of {trimmed} recent requests'
+            + (' and clamped the newest' if clamped else ''),
+            trimmed_recent=trimmed,
+            clamped_newest=clamped,
+        )
+        return out, used
 
 
 def fit_to_budget(**settings: Any) -> FitToBudget:
@@ -241,6 +311,28 @@ class _Plan:
         )
         assert note_at is not None
         return _with_note(out, note_at, n, tokens, observations)
+
+    def explain_degraded(self, view: list[ModelMessage], counter: TokenCounter, limit: int) -> str:
+        """Why the view does not fit even with the recency window trimmed and the newest result clamped."""
+        head = sum(counter.count_message(m) for m in view[: self.head_end])
+        length = self.units[-1][1] - self.units[-1][0] if self.units else 1
+        newest = sum(counter.count_message(m) for m in view[len(view) - length :])
+        if head > limit:
+            return (
+                f'the task framing alone is {head:,} tokens (messages 0-{self.head_end - 1}), '
+                f'more than the limit of {limit:,}'
+            )
+        if head + newest > limit:
+            return (
+                f'the task framing ({head:,} tokens) and the newest step, its results clamped '
+                f'({newest:,} tokens), do not fit the limit of {limit:,} together'
+            )
+        rest = counter.count_messages(view) - head - newest
+        return (
+            f'the task framing ({head:,} tokens), the newest step ({newest:,} tokens) and the steps '
+            f'that must stay (pinned or system prompts, the recency window, trimmed: {rest:,} tokens) '
+            f'do not fit the limit of {limit:,}'
+        )
 
     def explain(self, view: list[ModelMessage], dropped: set[int], counter: TokenCounter, limit: int) -> str:
         """Why the smallest view does not fit: what it still holds, and any message too large on its own."""

@@ -26,7 +26,7 @@ from ._frontier import (
     unresolved_failures,
 )
 
-__all__ = ('TrimToolOutputs', 'trim_tool_outputs')
+__all__ = ('TrimToolOutputs', 'shorten_results', 'trim_tool_outputs')
 
 TRIMMED: Final = 'trimmed'
 CLAMPED: Final = 'clamped'
@@ -239,7 +239,7 @@ class TrimToolOutputs(SyncPolicy):
         return dataclasses.replace(message, parts=parts) if changed else message
 
     def _may_trim(self, part: Any, failures: AbstractSet[str]) -> bool:
-        if not isinstance(part, ToolReturnPart) or part.tool_call_id in failures:
+        if not isinstance(part, ToolReturnPart) or part.tool_call_id in failures or _parts.is_pinned(part):
             return False
         record = _parts.marker(part)
         if record is not None and record.get('kind') not in (None, CLAMPED):
@@ -362,6 +362,37 @@ def _clip_args(args: Any, max_chars: int) -> Any:
     if not changed:
         return None
     return new if isinstance(args, dict) else json.dumps(new, ensure_ascii=False)
+
+
+def shorten_results(
+    message: ModelRequest, *, max_tokens: int, counter: TokenCounter, recent: bool = False
+) -> ModelRequest:
+    """`message` with every tool result over `max_tokens` cut to head + tail of about that size.
+
+    The marker records the original size; its kind is `'clamped'` when `recent` (a result of the
+    recency window, shortened only because nothing else fits) and `'trimmed'` otherwise. Pinned
+    messages, images, documents and results already compacted stay as they are. `fit_to_budget`
+    uses it to degrade the recency window before it gives up.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
+        from pydantic_ai_context import HeuristicCounter
+        from pydantic_ai_context.policies.trim import shorten_results
+
+        big = ModelRequest(parts=[ToolReturnPart('cat', 'word ' * 5_000, tool_call_id='c1')])
+        small = shorten_results(big, max_tokens=300, counter=HeuristicCounter(), recent=True)
+        assert HeuristicCounter().count_message(small) < 600
+        assert small.parts[0].metadata['pydantic_ai_context']['kind'] == 'clamped'
+        ```
+    """
+    if _parts.message_pinned(message) or max_tokens < 1:
+        return message
+    trim = TrimToolOutputs(max_tokens=max_tokens, keep_tokens=max_tokens)
+    if recent:
+        return trim._trim_request(message, False, max_tokens, max_tokens, frozenset(), counter)
+    return trim._trim_request(message, True, max_tokens, None, frozenset(), counter)
 
 
 def trim_tool_outputs(

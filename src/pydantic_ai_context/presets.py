@@ -82,6 +82,8 @@ def chat(
     clip_args: int = 80,
     isolate_mode: IsolateMode = 'digest',
     summary_step: int = 8,
+    summary_low_water: float = 0.6,
+    summary_share: float = 0.5,
     summary_keep_tokens: int | None = None,
     summary_timeout: float = 60.0,
     summary_cache: SummaryCache | None = None,
@@ -107,6 +109,8 @@ def chat(
     frontier = Frontier(keep_recent=keep_recent, step=step)
     summarize = _summarize(
         keep_current_run=True,
+        low_water=summary_low_water,
+        summary_share=summary_share,
         step_messages=summary_step,
         keep_tokens=summary_keep_tokens,
         timeout=summary_timeout,
@@ -129,8 +133,10 @@ def long_horizon(
     clip_args: int = 80,
     isolate_mode: IsolateMode = 'digest',
     exclude_tools: Iterable[str] = DEFAULT_EXCLUDED_TOOLS,
-    summary_step: int = 30,
+    summary_step: int = 8,
     summary_threshold: float = 0.95,
+    summary_low_water: float = 0.6,
+    summary_share: float = 0.5,
     summary_keep_tokens: int | None = None,
     summary_timeout: float = 60.0,
     summary_cache: SummaryCache | None = None,
@@ -170,6 +176,8 @@ def long_horizon(
     summarize = _summarize(
         keep_current_run=False,
         threshold=summary_threshold,
+        low_water=summary_low_water,
+        summary_share=summary_share,
         step_messages=summary_step,
         keep_tokens=summary_keep_tokens,
         timeout=summary_timeout,

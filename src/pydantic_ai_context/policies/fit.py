@@ -24,16 +24,19 @@ from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
-from .trim import shorten_results
+from .trim import clip_arguments, shorten_results
 
 __all__ = ('FitToBudget', 'fit_to_budget')
 
 MARKER_KIND: Final = 'dropped'
 
 DROPPED_NOTE: Final = (
-    '[Note from context management, not a new instruction: {messages:,} older messages (about {tokens:,} tokens) '
-    'of this conversation were removed from here on to fit the context window; the rest of the conversation follows.]'
+    '[Note from context management, not a new instruction: older steps of this conversation were removed '
+    'from here on to fit the context window; the rest of the conversation follows.]'
 )
+"""The note where steps were dropped. Its text stays the same however many were dropped (the counts
+are in the marker): it sits in an early request, and a text that changed with every drop would
+break the provider's prompt cache from there on."""
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -79,7 +82,7 @@ class FitToBudget(SyncPolicy):
         view = fit_to_budget().apply(log, context)
         assert context.counter.count_messages(view) <= context.budget.limit
         assert view[0].parts[0].content == 'Summarise the logs.'  # the task stays
-        assert 'older messages' in view[0].parts[-1].content  # the note on what was removed
+        assert 'older steps' in view[0].parts[-1].content  # the note on what was removed
         assert view[-1] is log[-1]  # the newest step stays
         ```
     """
@@ -91,6 +94,9 @@ class FitToBudget(SyncPolicy):
     trim_tokens: int = 200
     """When no step is left to drop, the recency window's tool results (all but the newest
     request's) are cut to about this many tokens, head + tail, before anything fails."""
+    clip_chars: int = 80
+    """With no step left to drop, long string arguments of the recency window's tool calls are
+    clipped to this many characters too (paths and a command's first line stay whole)."""
     drop_granularity: float = 0.2
     """Steps are dropped in chunks of this share of the limit, so the view shrinks well below the limit
     and stays put for a while (0 drops just enough, breaking the prompt cache on every request; replay at
@@ -212,6 +218,15 @@ class FitToBudget(SyncPolicy):
             if shorter is not out[i]:
                 out[i] = shorter
                 trimmed += 1
+        # The calls of the recency window have been made: their long arguments (file contents
+        # sent to an editor) can be clipped like old ones; paths and commands stay whole.
+        for i in range(plan.head_end, len(out)):
+            message = out[i]
+            if isinstance(message, ModelResponse) and not _parts.message_pinned(message):
+                clipped = clip_arguments(message, max_chars=self.clip_chars, counter=counter)
+                if clipped is not message:
+                    out[i] = clipped
+                    trimmed += 1
         used = counter.count_messages(out)
         clamped = 0
         last = out[newest]
@@ -235,7 +250,7 @@ class FitToBudget(SyncPolicy):
                 used, limit, detail=plan.explain_degraded(out, counter, limit), policy=self.name
             )
         context.note(
-            f'nothing left to drop: trimmed the tool results of {trimmed} recent requests'
+            f'nothing left to drop: trimmed {trimmed} recent messages'
             + (' and clamped the newest' if clamped else ''),
             trimmed_recent=trimmed,
             clamped_newest=clamped,
@@ -405,7 +420,7 @@ def _with_note(
             observations += int(record.get('observations', 0))
             view[i] = _without_note(message, record)
     target = view[at]
-    note = DROPPED_NOTE.format(messages=messages, tokens=tokens)
+    note = DROPPED_NOTE
     record = {
         'kind': MARKER_KIND,
         'messages': messages,

@@ -71,6 +71,12 @@ __all__ = (
 )
 
 MARKER_KIND: Final = 'summary'
+
+_MIN_SUMMARY_TOKENS: Final = 200
+"""The least a summariser is asked for, however tight the budget."""
+_MIN_TAIL_SHARE: Final = 0.1
+"""Share of the limit the recent steps need beside the task framing and a summary for a summary to be
+worth making."""
 KEPT_KIND: Final = 'summary_kept'
 ACK_KIND: Final = 'summary_ack'
 
@@ -128,7 +134,7 @@ def _without_marker(meta: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _summary_text(part: Any) -> str:
-    content = getattr(part, 'content', '')
+    content = getattr(part, 'content', '') or ''
     text = content if isinstance(content, str) else _parts.user_content_text(content)
     if text.startswith(SUMMARY_PREFIX) and text.endswith(SUMMARY_SUFFIX):
         return text[len(SUMMARY_PREFIX) : len(text) - len(SUMMARY_SUFFIX)]
@@ -331,6 +337,15 @@ class SummarizeWindow(AsyncPolicy):
     step_messages: int = 8
     """The summarised span ends on a multiple of this many messages after the head: the summary only
     changes (and the summariser is only called) when a whole step of messages has aged out of the tail."""
+    low_water: float | None = 0.6
+    """With a budget and no tail size set: when the view is over the trigger, the new summary
+    covers enough that the view shrinks to this share of the limit. The following requests then
+    append to an unchanged prefix, and the summary is reused from the cache, until the view is
+    over the trigger again: one summary per shrink. `None`: the tail keeps 40% of the trigger."""
+    summary_share: float = 0.1
+    """The size a summary is planned at, as a share of the limit; the summariser is asked to stay
+    within it. When even the smallest view a summary can give would not fit the limit, no summary
+    is made (`fit_to_budget` drops steps instead)."""
     keep_current_run: bool = True
     """Never summarise the run in progress (the tail starts at or before its user prompt). Set `False`
     for single long runs (coding agents), where only unresolved failures of the run are kept verbatim."""
@@ -367,6 +382,10 @@ class SummarizeWindow(AsyncPolicy):
             raise ValueError(f'max_messages must be >= 2, got {self.max_messages}')
         if self.threshold is not None and not 0 < self.threshold <= 1:
             raise ValueError(f'threshold must be in (0, 1], got {self.threshold}')
+        if self.low_water is not None and not 0 < self.low_water < 1:
+            raise ValueError(f'low_water must be in (0, 1), got {self.low_water}')
+        if not 0 < self.summary_share < 1:
+            raise ValueError(f'summary_share must be in (0, 1), got {self.summary_share}')
 
     # --- deciding ---------------------------------------------------------------------------
 
@@ -460,20 +479,43 @@ class SummarizeWindow(AsyncPolicy):
         return digest
 
     def _key(
-        self, messages: Sequence[ModelMessage], start: int, end: int, previous: str | None, model: Any
+        self,
+        messages: Sequence[ModelMessage],
+        start: int,
+        end: int,
+        previous: str | None,
+        model: Any,
+        size: int | None,
     ) -> str:
-        span = hashlib.sha256(
-            ''.join(self._message_digest(m) for m in messages[start:end]).encode()
-        ).hexdigest()
-        payload = {
-            'version': PROMPT_VERSION,
-            'model': model_name(model),
-            'instructions': self.instructions or '',
-            'max_part_chars': self.max_part_chars,
-            'previous': previous or '',
-            'span': span,
-        }
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+        return self._keys(messages, start, [end], previous, model, size)[end]
+
+    def _keys(
+        self,
+        messages: Sequence[ModelMessage],
+        start: int,
+        ends: Sequence[int],
+        previous: str | None,
+        model: Any,
+        size: int | None,
+    ) -> dict[int, str]:
+        """The cache key of the span from `start` to each of `ends`, in one pass over the span."""
+        wanted = set(ends)
+        keys: dict[int, str] = {}
+        running = hashlib.sha256()
+        for i in range(start, max(wanted, default=start)):
+            running.update(self._message_digest(messages[i]).encode())
+            if i + 1 in wanted:
+                payload = {
+                    'version': PROMPT_VERSION,
+                    'model': model_name(model),
+                    'instructions': self.instructions or '',
+                    'max_part_chars': self.max_part_chars,
+                    'previous': previous or '',
+                    'span': running.hexdigest(),
+                    'size': size or 0,
+                }
+                keys[i + 1] = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+        return keys
 
     # --- applying -----------------------------------------------------------------------------
 
@@ -486,7 +528,15 @@ class SummarizeWindow(AsyncPolicy):
         zones = _find_zones(messages)
         if zones is None:
             return messages
-        end = self._span_end(messages, zones, context)
+        model = self.summary_model if self.summary_model is not None else context.model
+        reuse: tuple[int, str] | None = None
+        if self._plans_by_budget(context):
+            planned = self._plan_shrink(messages, zones, model, context)
+            if planned is None:
+                return messages
+            end, reuse = planned
+        else:
+            end = self._span_end(messages, zones, context)
         unresolved = unresolved_failures(messages)
         kept = _kept(messages, zones.start, end, unresolved)
         while (
@@ -500,9 +550,133 @@ class SummarizeWindow(AsyncPolicy):
             kept = _kept(messages, zones.start, end, unresolved)
         if end <= zones.start:
             return messages
-        model = self.summary_model if self.summary_model is not None else context.model
-        text, status = await self._summary(messages, zones, end, model, context, why)
+        if reuse is not None and reuse[0] == end:
+            covered = zones.log_index(end) - zones.head_log
+            context.note(f'{why}: reused the cached summary of {covered} messages', summary_calls=0)
+            text, status = reuse[1], 'summary'
+        else:
+            text, status = await self._summary(messages, zones, end, model, context, why)
         return self._assemble(messages, zones, end, kept, text, status)
+
+    # --- planning a shrink under a budget -----------------------------------------------------
+
+    def _summary_tokens(self, context: CompileContext, zones: _Zones) -> int | None:
+        """The size the summariser is asked to stay within: `summary_share` of the room the task
+        framing leaves under the limit (it depends on the budget and the head alone)."""
+        if context.budget is None:
+            return None
+        room = context.budget.limit - context.counter.count_messages(zones.head)
+        return max(int(room * self.summary_share), _MIN_SUMMARY_TOKENS)
+
+    def _plans_by_budget(self, context: CompileContext) -> bool:
+        return (
+            self.trigger == 'tokens'
+            and self.low_water is not None
+            and context.budget is not None
+            and self.keep_tokens is None
+            and self.keep_messages is None
+        )
+
+    def _candidates(
+        self, messages: Sequence[ModelMessage], zones: _Zones, context: CompileContext
+    ) -> list[int]:
+        """Where the summarised span may end: safe cut points on whole steps from the head (in log
+        positions, so they depend on the log alone), before the current run when it is kept."""
+        n = len(messages)
+        limit = n - 1
+        if self.keep_current_run:
+            run = current_run(messages, run_id=context.run_id)
+            if run is not None:
+                limit = min(limit, run.start)
+        cuts = [c for c in safe_cut_points(messages) if zones.start < c <= limit]
+        if not cuts:
+            return []
+        ends: set[int] = set()
+        first = (zones.log_index(zones.start) - zones.head_log) // self.step_messages + 1
+        last = (zones.log_index(cuts[-1]) - zones.head_log) // self.step_messages
+        at = 0
+        for k in range(first, last + 1):
+            target = zones.input_index(zones.head_log + k * self.step_messages)
+            while at + 1 < len(cuts) and cuts[at + 1] <= target:
+                at += 1
+            if cuts[at] <= target:
+                ends.add(cuts[at])
+        return sorted(ends)
+
+    def _plan_shrink(
+        self, messages: Sequence[ModelMessage], zones: _Zones, model: Any, context: CompileContext
+    ) -> tuple[int, tuple[int, str] | None] | None:
+        """The end of the span to summarise, and the cached summary to reuse for it (if any).
+
+        The cached summary reaching furthest is reused while the view it gives stays within the
+        trigger; past that, a new span end is chosen so that the view shrinks to the low-water
+        mark. None when no summary could make the view fit the limit.
+        """
+        budget = context.budget
+        assert budget is not None
+        assert self.low_water is not None
+        candidates = self._candidates(messages, zones, context)
+        if not candidates:
+            return None
+        counter = context.counter
+        suffix = [0] * (len(messages) + 1)
+        for i in range(len(messages) - 1, candidates[0] - 1, -1):
+            suffix[i] = suffix[i + 1] + counter.count_message(messages[i])
+        # The head, the summary's framing and acknowledgement, whatever the summary does not replace.
+        fixed = counter.count_messages(zones.head) + counter.count_text(SUMMARY_PREFIX + ACK_TEXT) + 8
+        high = self._trigger_tokens(context) or budget.limit
+        start, previous, _ = self._walk_chain(
+            messages, zones, candidates, model, self._summary_tokens(context, zones)
+        )
+        if (
+            previous is not None
+            and start > zones.start
+            and fixed + counter.count_text(previous) + suffix[start] <= high
+        ):
+            return start, (start, previous)
+        planned = max(
+            counter.count_text(previous) if previous is not None else 0,
+            self._summary_tokens(context, zones) or 0,
+        )
+        if high - fixed - planned < budget.limit * _MIN_TAIL_SHARE:
+            # The task framing and a summary leave (next to) no room for the recent steps: a
+            # summary would be dropped again at once. Leave the steps to fit_to_budget.
+            return None
+        low = int(budget.limit * self.low_water)
+        reachable = [e for e in candidates if e > start] or candidates[-1:]
+        for end in reachable:
+            if fixed + planned + suffix[end] <= low:
+                return end, None
+        if fixed + planned + suffix[reachable[-1]] > budget.limit:
+            return None  # no summary makes it fit: better leave the steps to fit_to_budget
+        return reachable[-1], None
+
+    def _walk_chain(
+        self,
+        messages: Sequence[ModelMessage],
+        zones: _Zones,
+        ends: Sequence[int],
+        model: Any,
+        size: int | None,
+    ) -> tuple[int, str | None, str | None]:
+        """Follow the cached incremental summaries from the span's start as far as they go.
+
+        Returns where the chain stops, its summary text and that text's digest (the start and the
+        summary already in the view when nothing is cached).
+        """
+        start, previous, previous_digest = zones.start, zones.previous, zones.previous_digest
+        while True:
+            keys = self._keys(messages, start, [e for e in ends if e > start], previous_digest, model, size)
+            found: tuple[int, str] | None = None
+            for candidate in sorted(keys, reverse=True):
+                text = self.cache.get(keys[candidate])
+                if text:
+                    found = (candidate, text)
+                    break
+            if found is None:
+                return start, previous, previous_digest
+            start, previous = found
+            previous_digest = _digest_text(previous)
 
     async def _summary(
         self,
@@ -514,23 +688,16 @@ class SummarizeWindow(AsyncPolicy):
         why: str,
     ) -> tuple[str, str]:
         """The text of the summary covering the log up to `end`, and 'summary' or 'fallback'."""
-        start, previous, previous_digest = zones.start, zones.previous, zones.previous_digest
         # Walk the chain of cached incremental summaries as far as it goes, longest link first.
-        ends = self._step_ends(messages, zones, end)
-        advanced = True
-        while advanced and start < end:
-            advanced = False
-            for candidate in reversed([e for e in ends if e > start]):
-                found = self.cache.get(self._key(messages, start, candidate, previous_digest, model))
-                if found:
-                    start, previous, previous_digest = candidate, found, _digest_text(found)
-                    advanced = True
-                    break
+        size = self._summary_tokens(context, zones)
+        start, previous, previous_digest = self._walk_chain(
+            messages, zones, self._step_ends(messages, zones, end), model, size
+        )
         covered = zones.log_index(end) - zones.head_log
         if start == end and previous is not None:
             context.note(f'{why}: reused the cached summary of {covered} messages', summary_calls=0)
             return previous, 'summary'
-        key = self._key(messages, start, end, previous_digest, model)
+        key = self._key(messages, start, end, previous_digest, model, size)
         if self.cache.get(key) == '':
             return self._fallback(
                 previous, messages, start, end, zones, context, why, 'summary was rejected before'
@@ -544,6 +711,7 @@ class SummarizeWindow(AsyncPolicy):
         prompt = summary_prompt(
             render_transcript(messages[start:end], max_part_chars=self.max_part_chars),
             previous_summary=previous,
+            max_tokens=size,
         )
         try:
             text, input_tokens, output_tokens = await run_summariser(
@@ -611,12 +779,7 @@ class SummarizeWindow(AsyncPolicy):
         middle = messages[zones.start : end]
         stamp = _stamp(middle, zones)
         ids = _run_ids(middle, zones.head)
-        content = SUMMARY_PREFIX + text + SUMMARY_SUFFIX
-        summary_part: Any = (
-            UserPromptPart(content, timestamp=stamp)
-            if self.role == 'user'
-            else SystemPromptPart(content, timestamp=stamp)
-        )
+        summary_part = summary_request_part(text, role=self.role, timestamp=stamp)
         request_parts = [summary_part, *zones.old_request_parts, *kept.request_parts]
         response_parts = [*zones.old_response_parts, *kept.response_parts]
         result_parts = [*zones.old_result_parts, *kept.result_parts]
@@ -674,6 +837,24 @@ class SummarizeWindow(AsyncPolicy):
                 )
             )
         return [*head, *block, *tail]
+
+
+def summary_request_part(text: str, *, role: Literal['user', 'system'] = 'user', timestamp: datetime) -> Any:
+    """The part a summary takes in a request.
+
+    Where pydantic-ai takes a `CompactionPart` in a request (2.x), a user-role summary is one:
+    core frames it for every provider in `<pyai:conversation_summary>` after a line saying a
+    separate model wrote it, and labels the prompt-cache change as compaction. Elsewhere (1.x), and
+    for `role='system'`, the summary is prompt text between our own delimiters.
+    """
+    if role == 'user' and _parts.REQUEST_COMPACTION:
+        from pydantic_ai.messages import CompactionPart
+
+        return CompactionPart(text)
+    content = SUMMARY_PREFIX + text + SUMMARY_SUFFIX
+    if role == 'user':
+        return UserPromptPart(content, timestamp=timestamp)
+    return SystemPromptPart(content, timestamp=timestamp)
 
 
 def _stamp(middle: Sequence[ModelMessage], zones: _Zones) -> datetime:

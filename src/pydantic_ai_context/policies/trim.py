@@ -26,7 +26,7 @@ from ._frontier import (
     unresolved_failures,
 )
 
-__all__ = ('TrimToolOutputs', 'shorten_results', 'trim_tool_outputs')
+__all__ = ('TrimToolOutputs', 'clip_arguments', 'shorten_results', 'trim_tool_outputs')
 
 TRIMMED: Final = 'trimmed'
 CLAMPED: Final = 'clamped'
@@ -393,6 +393,28 @@ def shorten_results(
     if recent:
         return trim._trim_request(message, False, max_tokens, max_tokens, frozenset(), counter)
     return trim._trim_request(message, True, max_tokens, None, frozenset(), counter)
+
+
+def clip_arguments(message: ModelResponse, *, max_chars: int, counter: TokenCounter) -> ModelResponse:
+    """`message` with its tool calls' long string arguments clipped to `max_chars` (paths and a
+    command's first line stay whole); the message marker keeps their original sizes.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelResponse, ToolCallPart
+
+        from pydantic_ai_context import HeuristicCounter
+        from pydantic_ai_context.policies.trim import clip_arguments
+
+        call = ToolCallPart('write_file', {'path': 'a.py', 'content': 'x = 1\n' * 500}, tool_call_id='c1')
+        clipped = clip_arguments(ModelResponse(parts=[call]), max_chars=80, counter=HeuristicCounter())
+        assert clipped.parts[0].args['path'] == 'a.py'
+        assert len(clipped.parts[0].args['content']) < 200
+        ```
+    """
+    if max_chars < 1:
+        return message
+    return TrimToolOutputs(max_arg_chars=max_chars)._clip_calls(message, counter)
 
 
 def trim_tool_outputs(

@@ -794,9 +794,10 @@ def extractive_summary(prompt: str, *, max_chars: int) -> str:
     ]
     room = max(max_chars - sum(len(s) + 1 for s in fixed) - 120, 0)
     # Paths and error lines share the room (the facts); a few commands come with them.
-    files = _fit(paths, room * 5 // 10, ', ')
-    # One error line a line, verbatim, so the next update reads each back as it was.
+    # One error line a line, verbatim, so the next update reads each back as it was. Errors take
+    # up to 40% of the room, paths what is left of 90%, a few commands the rest.
     errs = _fit(errors, room * 4 // 10, '\n')
+    files = _fit(paths, room * 9 // 10 - len(errs), ', ')
     cmds = _fit(commands[:8], room - len(files) - len(errs), ' | ')
     body = [
         fixed[0],

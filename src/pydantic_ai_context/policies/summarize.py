@@ -74,6 +74,8 @@ MARKER_KIND: Final = 'summary'
 
 _MIN_SUMMARY_TOKENS: Final = 200
 """The least a summariser is asked for, however tight the budget."""
+_OVERSIZE: Final = 2
+"""A summary longer than this many times the size asked for is discarded (the static marker is used)."""
 _MIN_TAIL_SHARE: Final = 0.1
 """Share of the limit the recent steps need beside the task framing and a summary for a summary to be
 worth making."""
@@ -347,8 +349,9 @@ class SummarizeWindow(AsyncPolicy):
     within it. When even the smallest view a summary can give would not fit the limit, no summary
     is made (`fit_to_budget` drops steps instead)."""
     keep_current_run: bool = True
-    """Never summarise the run in progress (the tail starts at or before its user prompt). Set `False`
-    for single long runs (coding agents), where only unresolved failures of the run are kept verbatim."""
+    """Never summarise the run in progress (the tail starts at or before its user prompt), unless the
+    view is over the budget's limit (its oldest steps would be dropped otherwise). Set `False` for
+    single long runs (coding agents), where only unresolved failures of the run are kept verbatim."""
     role: Literal['user', 'system'] = 'user'
     """Role of the summary. User-role by default: a system prompt in mid-conversation breaks
     prompt caching on several providers."""
@@ -581,10 +584,17 @@ class SummarizeWindow(AsyncPolicy):
         self, messages: Sequence[ModelMessage], zones: _Zones, context: CompileContext
     ) -> list[int]:
         """Where the summarised span may end: safe cut points on whole steps from the head (in log
-        positions, so they depend on the log alone), before the current run when it is kept."""
+        positions, so they depend on the log alone), before the current run when it is kept.
+
+        A kept current run is entered only when the view is over the budget's limit: its oldest
+        steps would be dropped by `fit_to_budget` otherwise, and a summary of them keeps more.
+        """
         n = len(messages)
         limit = n - 1
-        if self.keep_current_run:
+        over_limit = (
+            context.budget is not None and context.counter.count_messages(messages) > context.budget.limit
+        )
+        if self.keep_current_run and not over_limit:
             run = current_run(messages, run_id=context.run_id)
             if run is not None:
                 limit = min(limit, run.start)
@@ -634,20 +644,20 @@ class SummarizeWindow(AsyncPolicy):
             and fixed + counter.count_text(previous) + suffix[start] <= high
         ):
             return start, (start, previous)
-        planned = max(
-            counter.count_text(previous) if previous is not None else 0,
-            self._summary_tokens(context, zones) or 0,
-        )
-        if high - fixed - planned < budget.limit * _MIN_TAIL_SHARE:
+        asked = self._summary_tokens(context, zones) or 0
+        if high - fixed - asked < budget.limit * _MIN_TAIL_SHARE:
             # The task framing and a summary leave (next to) no room for the recent steps: a
             # summary would be dropped again at once. Leave the steps to fit_to_budget.
             return None
+        # The low-water mark is for what stays beside the summary: the summary's own size is what
+        # the previous one took, or half the size asked for.
+        planned = counter.count_text(previous) if previous is not None else asked // 2
         low = int(budget.limit * self.low_water)
         reachable = [e for e in candidates if e > start] or candidates[-1:]
         for end in reachable:
             if fixed + planned + suffix[end] <= low:
                 return end, None
-        if fixed + planned + suffix[reachable[-1]] > budget.limit:
+        if fixed + asked + suffix[reachable[-1]] > budget.limit:
             return None  # no summary makes it fit: better leave the steps to fit_to_budget
         return reachable[-1], None
 
@@ -738,9 +748,18 @@ class SummarizeWindow(AsyncPolicy):
         replaced = context.counter.count_messages(messages[start:end]) + (
             context.counter.count_text(previous) if previous else 0
         )
-        if not text or context.counter.count_text(text) >= replaced:
+        tokens = context.counter.count_text(text) if text else 0
+        problem = None
+        if not text:
+            problem = 'empty summary'
+        elif tokens >= replaced:
+            problem = 'summary not smaller than what it replaces'
+        elif size is not None and tokens > size * _OVERSIZE:
+            # The summary sits beside the task framing, which fit_to_budget never drops: one far
+            # over the room asked for would leave no room for the recent steps.
+            problem = f'summary of {tokens:,} tokens, over {_OVERSIZE}x the {size:,} asked for'
+        if problem is not None:
             self.cache.put(key, '')
-            problem = 'empty summary' if not text else 'summary not smaller than what it replaces'
             return self._fallback(previous, messages, start, end, zones, context, why, problem, **usage)
         self.cache.put(key, text)
         context.note(f'{why}: summarised {covered} messages', covers=covered, **usage)

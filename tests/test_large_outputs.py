@@ -58,7 +58,7 @@ class Recorder:
         self.received: list[list[ModelMessage]] = []
         self.sizes: list[int] = []
 
-    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         self.received.append(messages)
         self.sizes.append(default_counter(None).count_messages(messages))
         step = sum(isinstance(m, ModelResponse) for m in messages)
@@ -95,7 +95,7 @@ def build_agent(model: FunctionModel, p: ContextProfile) -> Agent[None, str]:
 async def test_large_outputs_keep_paths_and_failures_at_32k(name: str) -> None:
     recorder = Recorder()
     p = profile(name, context_window=WINDOW)
-    agent = build_agent(FunctionModel(recorder), p)
+    agent = build_agent(FunctionModel(recorder.respond), p)
     assert default_counter(None).count_text(source_file(read_path(0))) > 5_000
 
     result = await agent.run('Read every module and run its tests; report what fails.')

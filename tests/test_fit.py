@@ -330,3 +330,21 @@ def test_a_growing_log_gets_the_view_a_fresh_compile_gives() -> None:
         list(longer), CompileContext(counter=counter, budget=budget(limit))
     )
     assert live == fresh
+
+
+def test_the_older_steps_of_the_recency_window_go_before_failing() -> None:
+    """Only the task framing and the newest step must fit: an older step of the recency window
+    whose text cannot be trimmed goes rather than the run failing."""
+    log = (
+        History()
+        .user('Fix the bug.')
+        .step(Tool('ls', {}, 'a.py b.py'), text='Thinking aloud. ' * 600)
+        .step(Tool('cat', {'path': 'a.py'}, 'print(1)'))
+        .build()
+    )
+    limit = tokens([log[0], *log[-2:]]) + 80
+    view = fit(log, limit)
+    assert tokens(view) <= limit
+    assert view[0].parts[0] == log[0].parts[0]
+    assert view[-1] == log[-1]
+    assert not any('Thinking aloud' in str(getattr(p, 'content', '')) for m in view for p in m.parts)

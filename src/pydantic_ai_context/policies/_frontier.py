@@ -229,7 +229,7 @@ def compaction_frontier(
     escalate: bool = True,
     min_recent: int = 1,
     compacted_tokens: int = 80,
-    budget_step: float = 0.1,
+    budget_step: float = 0.4,
     slot: Hashable = None,
 ) -> int:
     """The index of the oldest message that must stay untouched; `messages[:index]` may be compacted.
@@ -352,10 +352,12 @@ class Frontier:
     """Observations that stay protected however far the budget pushes the frontier."""
     compacted_tokens: int = 80
     """Estimated tokens of a compacted observation, for the budget escalation."""
-    budget_step: float = 0.1
+    budget_step: float = 0.4
     """Under a budget, the share of the limit the frontier saves at once when the view would be
     over the soft threshold: it jumps by about this many tokens of output, so the prefix before
-    it stays cached between jumps."""
+    it stays cached between jumps. A jump re-sends everything after the newly masked output, so
+    larger chunks cost less (replay at 16k: 0.1 -> 0.461 of no compaction, 0.25 -> 0.428,
+    0.4 -> 0.413, the same facts kept; no change at 32k and 128k)."""
 
     def __post_init__(self) -> None:
         if self.keep_recent is None and self.keep_recent_tokens is None:

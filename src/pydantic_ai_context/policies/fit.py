@@ -167,10 +167,11 @@ class FitToBudget(SyncPolicy):
         view = plan.build(dropped, sizes)
         final = counter.count_messages(view)
         degraded = False
+        extra = 0
         if final > limit:
-            view, final = self._degrade(view, plan, dropped, limit, context)
+            view, final, extra = self._degrade(view, plan, dropped, sizes, limit, context)
             degraded = True
-        n = sum(plan.units[u][1] - plan.units[u][0] for u in dropped)
+        n = sum(plan.units[u][1] - plan.units[u][0] for u in dropped) + extra
         if n:
             context.note(
                 f'dropped {n} oldest messages ({freed:,} tokens) to fit the limit of {limit:,} tokens',
@@ -192,32 +193,56 @@ class FitToBudget(SyncPolicy):
         view: list[ModelMessage],
         plan: _Plan,
         dropped: set[int],
+        sizes: list[int],
         limit: int,
         context: CompileContext,
-    ) -> tuple[list[ModelMessage], int]:
+    ) -> tuple[list[ModelMessage], int, int]:
         """What still keeps the run going once no step is left to drop (DESIGN.md invariant 3).
 
-        First the tool results of the recency window are trimmed, all but the newest request's;
-        then the newest request's results are clamped to the room left (head + tail, the original
-        size in the marker). Raises `ContextBudgetExceeded` when even that does not fit, saying
-        whether the task framing or the newest step is too large.
+        First the tool results of the recency window are trimmed, all but the newest request's,
+        and its calls' long arguments clipped; then the newest request's results are clamped to
+        the room left (head + tail, the original size in the marker). If that is not enough, the
+        recency window's older steps go too, and the same is tried on the task framing and the
+        newest step alone. Raises `ContextBudgetExceeded` when even that does not fit, saying
+        whether the task framing or the newest step is too large. Returns the view, its tokens and
+        how many more messages were dropped.
         """
+        out, used = self._shrink_recent(view, plan, limit, context)
+        if used <= limit:
+            return out, used, 0
+        # The recency window's older steps (never pinned ones or system prompts) go last.
+        older = {
+            u
+            for u in range(len(plan.units) - plan.protected, len(plan.units) - 1)
+            if _kind(plan.messages, plan.units[u]) != 'never'
+        }
+        if older - dropped:
+            smaller = plan.build(dropped | older, sizes)
+            out, used = self._shrink_recent(smaller, plan, limit, context)
+            if used <= limit:
+                return out, used, sum(plan.units[u][1] - plan.units[u][0] for u in older - dropped)
+        raise ContextBudgetExceeded(
+            used,
+            limit,
+            detail=plan.explain_degraded(out, counter=context.counter, limit=limit),
+            policy=self.name,
+        )
+
+    def _shrink_recent(
+        self, view: list[ModelMessage], plan: _Plan, limit: int, context: CompileContext
+    ) -> tuple[list[ModelMessage], int]:
+        """`view` with the recency window trimmed and, if needed, the newest results clamped."""
         counter = context.counter
         out = list(view)
         newest = len(out) - 1
-        results = [
-            i
-            for i in range(plan.head_end, newest)
-            if isinstance(out[i], ModelRequest) and _parts.tool_results(out[i])
-        ]
         trimmed = 0
-        for i in results:
-            shorter = shorten_results(
-                cast(ModelRequest, out[i]), max_tokens=self.trim_tokens, counter=counter
-            )
-            if shorter is not out[i]:
-                out[i] = shorter
-                trimmed += 1
+        for i in range(plan.head_end, newest):
+            message = out[i]
+            if isinstance(message, ModelRequest) and _parts.tool_results(message):
+                shorter = shorten_results(message, max_tokens=self.trim_tokens, counter=counter)
+                if shorter is not message:
+                    out[i] = shorter
+                    trimmed += 1
         # The calls of the recency window have been made: their long arguments (file contents
         # sent to an editor) can be clipped like old ones; paths and commands stay whole.
         for i in range(plan.head_end, len(out)):
@@ -245,16 +270,13 @@ class FitToBudget(SyncPolicy):
                 clamped = 1 if candidate is not last else 0
                 if used <= limit:
                     break
-        if used > limit:
-            raise ContextBudgetExceeded(
-                used, limit, detail=plan.explain_degraded(out, counter, limit), policy=self.name
+        if used <= limit:
+            context.note(
+                f'nothing left to drop: trimmed {trimmed} recent messages'
+                + (' and clamped the newest' if clamped else ''),
+                trimmed_recent=trimmed,
+                clamped_newest=clamped,
             )
-        context.note(
-            f'nothing left to drop: trimmed {trimmed} recent messages'
-            + (' and clamped the newest' if clamped else ''),
-            trimmed_recent=trimmed,
-            clamped_newest=clamped,
-        )
         return out, used
 
 

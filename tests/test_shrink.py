@@ -112,3 +112,29 @@ async def test_a_summary_far_over_the_size_asked_for_is_discarded() -> None:
     assert record is not None
     assert record['status'] == 'fallback'
     assert any('asked for' in e.reason for e in p.last_compile_events)
+
+
+async def test_a_drop_after_a_summary_in_the_task_framing_keeps_the_summary_marker() -> None:
+    """fit_to_budget's note used to replace the marker of the request it was added to, which may be
+    the task framing with the summary merged into it: the summary lost its metadata."""
+
+    def wordy(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(
+            parts=[TextPart('Files touched: ' + ', '.join(f'src/pkg/m_{i}.py' for i in range(330)))]
+        )
+
+    h = History().user('Fix everything.')
+    for i in range(120):
+        h.step(
+            Tool('read_file', {'path': f'src/m{i}.py'}, long_text(30, prefix=f'src/m{i}.py')),
+            text='Reading. ' * 30,
+        )
+    counter = HeuristicCounter()
+    p = profile('long_horizon', context_window=6_000, counter=counter, summary_model=FunctionModel(wordy))
+    view = await p.compile(h.build())
+    assert 'fit_to_budget' in [e.policy for e in p.last_compile_events]
+    record = marker(view[0])
+    assert record is not None
+    assert record['kind'] == 'summary'
+    assert record['dropped']['messages'] > 0
+    assert await p.compile(view) == view

@@ -181,9 +181,12 @@ class _Tally:
             message = messages[i]
             record = _parts.marker(message)
             if record is not None:
-                value = record.get('observations')
-                if isinstance(value, int) and value > 0:
-                    hidden += value
+                # A drop note may sit nested under a summary's record in the same request.
+                nested = record.get('dropped')
+                for found in (record, nested if isinstance(nested, dict) else {}):
+                    value = found.get('observations')
+                    if isinstance(value, int) and value > 0:
+                        hidden += value
             if counter is not None:
                 total += nominal_message_tokens(message, counter)
             if isinstance(message, ModelRequest) and _parts.tool_results(message):

@@ -434,13 +434,13 @@ def _with_note(
     the compaction frontier still counts them, so a view of this view compacts the same messages.
     """
     for i, message in enumerate(view):
-        record = _parts.marker(message)
-        if record is not None and record.get('kind') == MARKER_KIND:
+        found = drop_record(message)
+        if found is not None:
             # A view of a view under a smaller budget: one note for everything removed.
-            messages += int(record.get('messages', 0))
-            tokens += int(record.get('tokens', 0))
-            observations += int(record.get('observations', 0))
-            view[i] = _without_note(message, record)
+            messages += int(found.get('messages', 0))
+            tokens += int(found.get('tokens', 0))
+            observations += int(found.get('observations', 0))
+            view[i] = _without_note(message, found)
     target = view[at]
     note = DROPPED_NOTE
     record = {
@@ -455,10 +455,14 @@ def _with_note(
         stamp = target.timestamp or next(
             (p.timestamp for p in target.parts if hasattr(p, 'timestamp')), _EPOCH
         )
+        existing = _parts.marker(target)
+        # The request may already be a summary (merged into the task framing): its record stays,
+        # with the drop's nested under it.
+        combined = {**existing, MARKER_KIND: record} if existing is not None else record
         view[at] = dataclasses.replace(
             target,
             parts=[*target.parts, UserPromptPart(note, timestamp=stamp)],
-            metadata=_parts.with_marker(target.metadata, record),
+            metadata=_parts.with_marker(target.metadata, combined),
         )
     else:
         # Only in a malformed view (two responses in a row): the note gets a request of its own.
@@ -471,9 +475,28 @@ def _with_note(
     return view
 
 
+def drop_record(message: ModelMessage) -> dict[str, Any] | None:
+    """The record of a drop note the message carries: its own marker, or nested under another
+    record (a summary merged into the task framing keeps its own marker)."""
+    record = _parts.marker(message)
+    if record is None:
+        return None
+    if record.get('kind') == MARKER_KIND:
+        return record
+    nested = record.get(MARKER_KIND)
+    return nested if isinstance(nested, dict) else None
+
+
 def _without_note(message: ModelMessage, record: dict[str, Any]) -> ModelMessage:
     note = record.get('note')
     parts = [p for p in message.parts if not (isinstance(p, UserPromptPart) and p.content == note)]
+    outer = _parts.marker(message)
+    if outer is not None and outer.get('kind') != MARKER_KIND:
+        rest = {k: v for k, v in outer.items() if k != MARKER_KIND}
+        kept: ModelMessage = dataclasses.replace(
+            cast(Any, message), parts=parts, metadata=_parts.with_marker(message.metadata, rest)
+        )
+        return kept
     meta = {k: v for k, v in (message.metadata or {}).items() if k != _parts.META_KEY}
     stripped: ModelMessage = dataclasses.replace(cast(Any, message), parts=parts, metadata=meta or None)
     return stripped

@@ -143,6 +143,14 @@ def _summary_text(part: Any) -> str:
     return text
 
 
+def _is_drop_note(part: Any, record: dict[str, Any]) -> bool:
+    """`fit_to_budget`'s note in the summary's request (its record nested in the summary's): it
+    belongs to the drop, not to what the summary kept."""
+    nested = record.get('dropped')
+    note = nested.get('note') if isinstance(nested, dict) else None
+    return note is not None and isinstance(part, UserPromptPart) and part.content == note
+
+
 def _find_zones(messages: Sequence[ModelMessage]) -> _Zones | None:
     """The head, or the head and existing summary block of an already-compiled view."""
     for s in range(len(messages) - 1, -1, -1):
@@ -201,7 +209,7 @@ def _zones_after_summary(messages: Sequence[ModelMessage], s: int, record: dict[
         previous=_summary_text(summary_message.parts[part_at]),
         previous_digest=str(record.get('digest') or ''),
         previous_observations=int(record.get('observations') or 0),
-        old_request_parts=list(summary_message.parts[part_at + 1 :]),
+        old_request_parts=[p for p in summary_message.parts[part_at + 1 :] if not _is_drop_note(p, record)],
         old_response_parts=response_parts,
         old_result_parts=result_parts,
     )

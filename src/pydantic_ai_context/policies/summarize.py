@@ -8,12 +8,16 @@ The one policy that calls a model. The view is cut into three zones:
 - **tail**, the recent turns, sized by tokens or messages, starting at a safe cut point (a tool
   call and its result are never split).
 
-The end of the summarised span moves in whole steps of `step_messages` counted from the head, so
-it depends on the log alone; summaries are cached by a digest of what they cover, so recompiling
-an unchanged span makes no model call, and each step's summary is an incremental update of the
-previous step's. Whatever happens to the summariser (error, timeout, rate limit, an empty or
-inflated answer), the view is still produced: a static marker says how many messages were left
-out. The canonical log is never touched.
+The end of the summarised span falls on whole steps of `step_messages` counted from the head, so
+it depends on the log alone. Under a budget a summary shrinks the view to a low-water mark and is
+reused (from the cache, where summaries are kept by a digest of what they cover) until the view
+is over the trigger again: one summary per shrink, each an incremental update of the previous
+one, so the prompt prefix changes once per shrink. Whatever happens to the summariser (error,
+timeout, rate limit, an empty, inflated or oversized answer), the view is still produced: a
+static marker says how many messages were left out. The canonical log is never touched.
+
+The summariser call (prompt, transcript, timeout, circuit breaker) is in `summariser.py`, the
+summary cache in `summary_cache.py`.
 """
 
 from __future__ import annotations
@@ -285,12 +289,16 @@ class SummarizeWindow(AsyncPolicy):
     """Replace the middle of a long conversation with an LLM-written summary, keeping head and tail.
 
     Fires when the view is over the token trigger (the budget's soft threshold by default) or,
-    with `trigger='messages'`, longer than `max_messages`. The head (task framing) and the tail
-    (recent turns, never splitting a tool call from its result) stay as they are; the middle
-    becomes one request whose metadata is
+    with `trigger='messages'`, longer than `max_messages`. Under a budget (and no tail size set)
+    the summary then covers enough of the oldest steps that the view shrinks to `low_water` of the
+    limit, and it is reused until the view is over the trigger again. The head (task framing)
+    and the tail (recent turns, never splitting a tool call from its result) stay as they are;
+    the middle becomes one request whose metadata is
     `{'pydantic_ai_context': {'kind': 'summary', 'scope': 'historical', 'covers': [start, end], ...}}`.
 
-    Layout: the summary is a user-role request (`role='system'` makes it a system prompt part).
+    Layout: the summary is a user-role request: a `CompactionPart` where pydantic-ai takes one in a
+    request (2.x; core frames it as a summary written by a separate model), else a user prompt
+    between `<conversation_summary>` delimiters (`role='system'` makes it a system prompt part).
     When the head ends with a response, the summary is its own request; when the head is only the
     first request (a single long run), the summary is appended to that request as an extra part,
     so requests and responses keep alternating. An acknowledgement response

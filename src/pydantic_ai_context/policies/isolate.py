@@ -29,8 +29,8 @@ from pydantic_ai_context.views import CompileContext, current_run, run_spans, st
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
 from ._frontier import nominal_part_tokens
-from .summarize import ACK_KIND, KEPT_KIND
-from .summarize import MARKER_KIND as SUMMARY_KIND
+from ._summary_block import ACK_KIND, KEPT_KIND
+from ._summary_block import MARKER_KIND as SUMMARY_KIND
 
 __all__ = ('IsolateBoundaries', 'IsolateMode', 'isolate_boundaries')
 

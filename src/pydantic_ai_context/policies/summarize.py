@@ -22,13 +22,11 @@ summary cache in `summary_cache.py`.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from pydantic_ai.messages import (
@@ -36,15 +34,24 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
-    SystemPromptPart,
-    TextPart,
-    UserPromptPart,
 )
 
-from pydantic_ai_context import _parts
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.policies._base import AsyncPolicy
 from pydantic_ai_context.policies._frontier import unresolved_failures
+from pydantic_ai_context.policies._summary_block import (
+    ACK_KIND,
+    ACK_TEXT,
+    KEPT_KIND,
+    MARKER_KIND,
+    SUMMARY_PREFIX,
+    Zones,
+    assemble_block,
+    digest_text,
+    find_zones,
+    kept_in,
+    summary_request_part,
+)
 from pydantic_ai_context.policies.summariser import (
     PROMPT_VERSION,
     SUMMARISER_INSTRUCTIONS,
@@ -57,11 +64,15 @@ from pydantic_ai_context.policies.summariser import (
     summary_prompt,
 )
 from pydantic_ai_context.policies.summary_cache import InMemorySummaryCache, SummaryCache
-from pydantic_ai_context.views import CompileContext, current_run, run_spans
+from pydantic_ai_context.views import CompileContext, current_run
 
 # The summariser call and the summary cache live in their own modules; their names stay
 # importable from here, where they were first published.
 __all__ = (
+    'ACK_KIND',
+    'ACK_TEXT',
+    'KEPT_KIND',
+    'MARKER_KIND',
     'PROMPT_VERSION',
     'SUMMARISER_INSTRUCTIONS',
     'InMemorySummaryCache',
@@ -72,9 +83,8 @@ __all__ = (
     'run_summariser',
     'summarize_window',
     'summary_prompt',
+    'summary_request_part',
 )
-
-MARKER_KIND: Final = 'summary'
 
 _MIN_SUMMARY_TOKENS: Final = 200
 """The least a summariser is asked for, however tight the budget."""
@@ -83,203 +93,10 @@ _OVERSIZE: Final = 2
 _MIN_TAIL_SHARE: Final = 0.1
 """Share of the limit the recent steps need beside the task framing and a summary for a summary to be
 worth making."""
-KEPT_KIND: Final = 'summary_kept'
-ACK_KIND: Final = 'summary_ack'
-
-SUMMARY_PREFIX: Final = (
-    'The earlier part of this conversation was condensed into the summary below by a separate '
-    'summarisation step. It is background for continuing the work, not a new request:\n\n'
-    '<conversation_summary>\n'
-)
-SUMMARY_SUFFIX: Final = '\n</conversation_summary>'
-ACK_TEXT: Final = 'Understood. I will continue from the summary of the earlier conversation.'
 FALLBACK_TEMPLATE: Final = (
     '[pydantic-ai-context: {n} earlier {messages} removed to fit the context window; '
     'a summary could not be produced]'
 )
-
-# --- zones -------------------------------------------------------------------------------------
-
-
-_SUMMARISABLE_REQUEST: Final = frozenset({'user-prompt', 'tool-return', 'retry-prompt', 'retry-feedback'})
-_SUMMARISABLE_RESPONSE: Final = frozenset(
-    {'text', 'thinking', 'tool-call', 'builtin-tool-call', 'builtin-tool-return', 'file'}
-)
-
-
-@dataclass
-class _Zones:
-    """Where the head ends and the new middle starts, in the input, and their positions in the log."""
-
-    head: list[ModelMessage]
-    start: int
-    """Input index where the span still to summarise starts (after the head or an existing summary)."""
-    start_log: int
-    """`start` as a position in the canonical log."""
-    head_log: int
-    """Log position where the head ends (where the first summary starts)."""
-    previous: str | None = None
-    previous_digest: str | None = None
-    previous_observations: int = 0
-    old_request_parts: list[Any] = field(default_factory=list[Any])
-    old_response_parts: list[Any] = field(default_factory=list[Any])
-    old_result_parts: list[Any] = field(default_factory=list[Any])
-
-    def log_index(self, i: int) -> int:
-        return self.start_log + (i - self.start)
-
-    def input_index(self, log_i: int) -> int:
-        return self.start + (log_i - self.start_log)
-
-
-def _without_marker(meta: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not meta:
-        return None
-    rest = {k: v for k, v in meta.items() if k != _parts.META_KEY}
-    return rest or None
-
-
-def _summary_text(part: Any) -> str:
-    content = getattr(part, 'content', '') or ''
-    text = content if isinstance(content, str) else _parts.user_content_text(content)
-    if text.startswith(SUMMARY_PREFIX) and text.endswith(SUMMARY_SUFFIX):
-        return text[len(SUMMARY_PREFIX) : len(text) - len(SUMMARY_SUFFIX)]
-    return text
-
-
-def _is_drop_note(part: Any, record: dict[str, Any]) -> bool:
-    """`fit_to_budget`'s note in the summary's request (its record nested in the summary's): it
-    belongs to the drop, not to what the summary kept."""
-    nested = record.get('dropped')
-    note = nested.get('note') if isinstance(nested, dict) else None
-    return note is not None and isinstance(part, UserPromptPart) and part.content == note
-
-
-def _find_zones(messages: Sequence[ModelMessage]) -> _Zones | None:
-    """The head, or the head and existing summary block of an already-compiled view."""
-    for s in range(len(messages) - 1, -1, -1):
-        record = _parts.marker(messages[s])
-        if record is not None and record.get('kind') == MARKER_KIND:
-            return _zones_after_summary(messages, s, record)
-    first = next((i for i, m in enumerate(messages) if _parts.has_user_prompt(m)), None)
-    if first is None:
-        return None
-    head_end = first + 1
-    spans = run_spans(messages)
-    first_run = next(s for s in spans if first in s)
-    if first_run is not spans[-1]:
-        # The first run has finished: its first text answer belongs to the task framing.
-        for i in range(head_end, first_run.end):
-            m = messages[i]
-            if isinstance(m, ModelResponse) and _parts.final_text(m) and not _parts.tool_calls(m):
-                head_end = i + 1
-                break
-    cuts = safe_cut_points(messages)
-    head_end = next((c for c in cuts if c >= head_end), len(messages))
-    return _Zones(head=list(messages[:head_end]), start=head_end, start_log=head_end, head_log=head_end)
-
-
-def _zones_after_summary(messages: Sequence[ModelMessage], s: int, record: dict[str, Any]) -> _Zones:
-    summary_message: Any = messages[s]
-    part_at = int(record.get('part', 0))
-    head = list(messages[:s])
-    if record.get('merged'):
-        head.append(
-            dataclasses.replace(
-                summary_message,
-                parts=list(summary_message.parts[:part_at]),
-                metadata=_without_marker(summary_message.metadata),
-            )
-        )
-    end = s + 1
-    response_parts: list[Any] = []
-    result_parts: list[Any] = []
-    while end < len(messages):
-        kept = _parts.marker(messages[end])
-        if kept is None or kept.get('kind') not in {KEPT_KIND, ACK_KIND}:
-            break
-        parts = list(messages[end].parts)
-        if isinstance(messages[end], ModelResponse):
-            response_parts += parts[1:] if kept.get('ack') or kept.get('kind') == ACK_KIND else parts
-        else:
-            result_parts += parts
-        end += 1
-    covers = record.get('covers') or [s, s]
-    return _Zones(
-        head=head,
-        start=end,
-        start_log=int(covers[1]),
-        head_log=int(covers[0]),
-        previous=_summary_text(summary_message.parts[part_at]),
-        previous_digest=str(record.get('digest') or ''),
-        previous_observations=int(record.get('observations') or 0),
-        old_request_parts=[p for p in summary_message.parts[part_at + 1 :] if not _is_drop_note(p, record)],
-        old_response_parts=response_parts,
-        old_result_parts=result_parts,
-    )
-
-
-@dataclass
-class _Kept:
-    """What the middle holds that must stay verbatim after the summary."""
-
-    request_parts: list[Any] = field(default_factory=list[Any])
-    response_parts: list[Any] = field(default_factory=list[Any])
-    result_parts: list[Any] = field(default_factory=list[Any])
-    loose_response_at: int | None = None
-    """Input index of the first response whose kept parts are not tool calls."""
-
-
-def _kept(messages: Sequence[ModelMessage], start: int, end: int, unresolved: set[str]) -> _Kept:
-    kept = _Kept()
-    for i in range(start, end):
-        message = messages[i]
-        pinned = _parts.is_pinned(message)
-        part: Any
-        if isinstance(message, ModelRequest):
-            for part in message.parts:
-                if _parts.is_tool_result(part):
-                    continue  # kept with its call, below
-                kind = getattr(part, 'part_kind', '')
-                if isinstance(part, SystemPromptPart) or pinned or _parts.is_pinned(part):
-                    kept.request_parts.append(part)
-                elif kind not in _SUMMARISABLE_REQUEST:
-                    kept.request_parts.append(part)  # framework state we do not understand
-            continue
-        results: dict[Any, Any] = {}
-        if i + 1 < len(messages) and isinstance(messages[i + 1], ModelRequest):
-            nxt = messages[i + 1]
-            results = {r.tool_call_id: r for r in _parts.tool_results(nxt)}
-            next_pinned = _parts.is_pinned(nxt)
-        else:
-            next_pinned = False
-        for part in message.parts:
-            if _parts.is_tool_call(part):
-                result = results.get(part.tool_call_id)
-                keep = (
-                    pinned
-                    or next_pinned
-                    or _parts.is_pinned(part)
-                    or (result is not None and _parts.is_pinned(result))
-                    or part.tool_call_id in unresolved
-                )
-                if keep and result is not None:
-                    kept.response_parts.append(part)
-                    kept.result_parts.append(result)
-            elif (
-                pinned
-                or _parts.is_pinned(part)
-                or getattr(part, 'part_kind', '') not in _SUMMARISABLE_RESPONSE
-            ):
-                kept.response_parts.append(part)
-                if kept.loose_response_at is None:
-                    kept.loose_response_at = i
-    return kept
-
-
-def _digest_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
 
 # --- the policy --------------------------------------------------------------------------------
 
@@ -439,7 +256,7 @@ class SummarizeWindow(AsyncPolicy):
         limit = self._trigger_tokens(context)
         return (int(limit * 0.4) if limit is not None else None), 2
 
-    def _span_end(self, messages: Sequence[ModelMessage], zones: _Zones, context: CompileContext) -> int:
+    def _span_end(self, messages: Sequence[ModelMessage], zones: Zones, context: CompileContext) -> int:
         """Input index where the tail starts (== `zones.start` when there is nothing new to summarise)."""
         n = len(messages)
         cuts = [c for c in safe_cut_points(messages) if zones.start < c < n]
@@ -471,7 +288,7 @@ class SummarizeWindow(AsyncPolicy):
         quantised = zones.input_index(zones.head_log + steps * self.step_messages)
         return max([c for c in cuts if c <= quantised], default=zones.start)
 
-    def _step_ends(self, messages: Sequence[ModelMessage], zones: _Zones, end: int) -> list[int]:
+    def _step_ends(self, messages: Sequence[ModelMessage], zones: Zones, end: int) -> list[int]:
         """Every earlier step end between the start and `end`: where cached summaries may stop."""
         cuts = [c for c in safe_cut_points(messages) if zones.start < c <= end]
         ends: set[int] = set()
@@ -544,7 +361,7 @@ class SummarizeWindow(AsyncPolicy):
         why = self._fires(messages, context)
         if why is None:
             return messages
-        zones = _find_zones(messages)
+        zones = find_zones(messages)
         if zones is None:
             return messages
         model = self.summary_model if self.summary_model is not None else context.model
@@ -557,7 +374,7 @@ class SummarizeWindow(AsyncPolicy):
         else:
             end = self._span_end(messages, zones, context)
         unresolved = unresolved_failures(messages)
-        kept = _kept(messages, zones.start, end, unresolved)
+        kept = kept_in(messages, zones.start, end, unresolved)
         while (
             kept.loose_response_at is not None
             and isinstance(messages[end], ModelResponse)
@@ -566,7 +383,7 @@ class SummarizeWindow(AsyncPolicy):
             # A kept response part with no call to pair with cannot sit before a tail that starts with a
             # response; leave that message in the tail instead.
             end = max([c for c in safe_cut_points(messages) if zones.start <= c <= kept.loose_response_at])
-            kept = _kept(messages, zones.start, end, unresolved)
+            kept = kept_in(messages, zones.start, end, unresolved)
         if end <= zones.start:
             return messages
         if reuse is not None and reuse[0] == end:
@@ -575,11 +392,11 @@ class SummarizeWindow(AsyncPolicy):
             text, status = reuse[1], 'summary'
         else:
             text, status = await self._summary(messages, zones, end, model, context, why)
-        return self._assemble(messages, zones, end, kept, text, status)
+        return assemble_block(messages, zones, end, kept, text, status, self.role)
 
     # --- planning a shrink under a budget -----------------------------------------------------
 
-    def _summary_tokens(self, context: CompileContext, zones: _Zones) -> int | None:
+    def _summary_tokens(self, context: CompileContext, zones: Zones) -> int | None:
         """The size the summariser is asked to stay within: `summary_share` of the room the task
         framing leaves under the limit (it depends on the budget and the head alone)."""
         if context.budget is None:
@@ -597,7 +414,7 @@ class SummarizeWindow(AsyncPolicy):
         )
 
     def _candidates(
-        self, messages: Sequence[ModelMessage], zones: _Zones, context: CompileContext
+        self, messages: Sequence[ModelMessage], zones: Zones, context: CompileContext
     ) -> list[int]:
         """Where the summarised span may end: safe cut points on whole steps from the head (in log
         positions, so they depend on the log alone), before the current run when it is kept.
@@ -630,7 +447,7 @@ class SummarizeWindow(AsyncPolicy):
         return sorted(ends)
 
     def _plan_shrink(
-        self, messages: Sequence[ModelMessage], zones: _Zones, model: Any, context: CompileContext
+        self, messages: Sequence[ModelMessage], zones: Zones, model: Any, context: CompileContext
     ) -> tuple[int, tuple[int, str] | None] | None:
         """The end of the span to summarise, and the cached summary to reuse for it (if any).
 
@@ -680,7 +497,7 @@ class SummarizeWindow(AsyncPolicy):
     def _walk_chain(
         self,
         messages: Sequence[ModelMessage],
-        zones: _Zones,
+        zones: Zones,
         ends: Sequence[int],
         model: Any,
         size: int | None,
@@ -702,12 +519,12 @@ class SummarizeWindow(AsyncPolicy):
             if found is None:
                 return start, previous, previous_digest
             start, previous = found
-            previous_digest = _digest_text(previous)
+            previous_digest = digest_text(previous)
 
     async def _summary(
         self,
         messages: Sequence[ModelMessage],
-        zones: _Zones,
+        zones: Zones,
         end: int,
         model: Any,
         context: CompileContext,
@@ -787,7 +604,7 @@ class SummarizeWindow(AsyncPolicy):
         messages: Sequence[ModelMessage],
         start: int,
         end: int,
-        zones: _Zones,
+        zones: Zones,
         context: CompileContext,
         why: str,
         problem: str,
@@ -801,115 +618,6 @@ class SummarizeWindow(AsyncPolicy):
             f'{why}: {problem}; {removed} messages replaced by a marker', summary_fallback=1, **usage
         )
         return (f'{previous}\n\n{line}' if previous else line), 'fallback'
-
-    def _assemble(
-        self,
-        messages: Sequence[ModelMessage],
-        zones: _Zones,
-        end: int,
-        kept: _Kept,
-        text: str,
-        status: str,
-    ) -> list[ModelMessage]:
-        middle = messages[zones.start : end]
-        stamp = _stamp(middle, zones)
-        ids = _run_ids(middle, zones.head)
-        summary_part = summary_request_part(text, role=self.role, timestamp=stamp)
-        request_parts = [summary_part, *zones.old_request_parts, *kept.request_parts]
-        response_parts = [*zones.old_response_parts, *kept.response_parts]
-        result_parts = [*zones.old_result_parts, *kept.result_parts]
-        # Observations (tool-result requests) the summary now stands for: the compaction frontier
-        # still counts them, so a view of this view compacts the same messages.
-        observations = zones.previous_observations + sum(
-            1 for m in middle if isinstance(m, ModelRequest) and _parts.tool_results(m)
-        )
-        record: dict[str, Any] = {
-            'kind': MARKER_KIND,
-            'scope': 'historical',
-            'covers': [zones.head_log, zones.log_index(end)],
-            'messages': zones.log_index(end) - zones.head_log,
-            'observations': observations,
-            'status': status,
-            'digest': _digest_text(text),
-            'role': self.role,
-        }
-        head = list(zones.head)
-        last = head[-1] if head else None
-        if isinstance(last, ModelRequest):
-            head.pop()
-            record.update(merged=True, part=len(last.parts))
-            block: list[ModelMessage] = [
-                dataclasses.replace(
-                    last,
-                    parts=[*last.parts, *request_parts],
-                    metadata=_parts.with_marker(last.metadata, record),
-                )
-            ]
-        else:
-            record.update(merged=False, part=0)
-            block = [ModelRequest(parts=request_parts, metadata=_parts.with_marker(None, record), **ids)]
-        ack = TextPart(ACK_TEXT)
-        if response_parts:
-            block.append(
-                ModelResponse(
-                    parts=[ack, *response_parts],
-                    timestamp=stamp,
-                    metadata=_parts.with_marker(None, {'kind': KEPT_KIND, 'ack': True}),
-                    **ids,
-                )
-            )
-            if result_parts:
-                block.append(
-                    ModelRequest(
-                        parts=result_parts, metadata=_parts.with_marker(None, {'kind': KEPT_KIND}), **ids
-                    )
-                )
-        tail = list(messages[end:])
-        if isinstance(block[-1], ModelRequest) and isinstance(tail[0], ModelRequest):
-            block.append(
-                ModelResponse(
-                    parts=[ack], timestamp=stamp, metadata=_parts.with_marker(None, {'kind': ACK_KIND}), **ids
-                )
-            )
-        return [*head, *block, *tail]
-
-
-def summary_request_part(text: str, *, role: Literal['user', 'system'] = 'user', timestamp: datetime) -> Any:
-    """The part a summary takes in a request.
-
-    Where pydantic-ai takes a `CompactionPart` in a request (2.x), a user-role summary is one:
-    core frames it for every provider in `<pyai:conversation_summary>` after a line saying a
-    separate model wrote it, and labels the prompt-cache change as compaction. Elsewhere (1.x), and
-    for `role='system'`, the summary is prompt text between our own delimiters.
-    """
-    if role == 'user' and _parts.REQUEST_COMPACTION:
-        from pydantic_ai.messages import CompactionPart
-
-        return CompactionPart(text)
-    content = SUMMARY_PREFIX + text + SUMMARY_SUFFIX
-    if role == 'user':
-        return UserPromptPart(content, timestamp=timestamp)
-    return SystemPromptPart(content, timestamp=timestamp)
-
-
-def _stamp(middle: Sequence[ModelMessage], zones: _Zones) -> datetime:
-    # A timestamp from the covered messages, never "now": the view must be the same byte for byte.
-    for message in reversed(middle):
-        stamp = getattr(message, 'timestamp', None)
-        if isinstance(stamp, datetime):
-            return stamp
-    return datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _run_ids(middle: Sequence[ModelMessage], head: Sequence[ModelMessage]) -> dict[str, Any]:
-    ids: dict[str, Any] = {}
-    for name in ('run_id', 'conversation_id'):
-        for message in [*reversed(middle), *reversed(head)]:
-            value = getattr(message, name, None)
-            if value:
-                ids[name] = value
-                break
-    return ids
 
 
 def summarize_window(**settings: Any) -> SummarizeWindow:

@@ -37,6 +37,8 @@ test: lint typecheck docs pytest
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/replay.py
+	$(BIN)/python bench/replay.py bench/heldout
+	$(BIN)/python bench/summary_facts.py
 	$(BIN)/python bench/overhead.py
 
 clean:

@@ -22,12 +22,16 @@ Harness strategies rewrite the run's history (their edits persist), so their ada
 compacted history from one request to the next, as a real run would.
 
 Numbers per file and window: input tokens, cache-weighted cost (uncached x1.0, cached x0.1,
-summariser input x1.0 and output x4.0), its ratio to `none`, peak view tokens, requests over the
-window, fact retention, needed-fact retention, median compile ms, the recall-charged cost (one
-read-back round trip per request whose recorded response uses a fact the view lacks: see
-`pydantic_ai_context._recall`) and the share of needed facts shown or recoverable by read-back.
-Then the geometric mean of the ratios to `none` across files, per profile and window.
-`bench/readback.py` compares read-back settings.
+summariser input x1.0 and output x4.0), its ratio to `none`, the cached share of input tokens,
+peak view tokens, requests over the window, fact retention, needed-fact retention, summariser
+calls, the requests whose view had steps dropped by `fit_to_budget` and those whose view held a
+summary, median compile ms, the recall-charged cost (one read-back round trip per request whose
+recorded response uses a fact the view lacks: see `pydantic_ai_context._recall`) and the share of
+needed facts shown or recoverable by read-back. Then the geometric mean of the ratios to `none`
+across files, per profile and window. `bench/readback.py` compares read-back settings.
+
+`bench/heldout/` holds runs the defaults were not tuned on; replay them separately
+(`python bench/replay.py bench/heldout`) to check that the defaults are not fitted to the shared runs.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from pydantic_ai_context.replay import (
 )
 
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'trajectories'
-WINDOWS = (128_000, 32_000)
+WINDOWS = (128_000, 32_000, 16_000)
 RESERVED_OUTPUT = 4_096
 SOFT_THRESHOLD = 0.75
 KEEP_PAIRS = 10
@@ -232,6 +236,7 @@ def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
         'input tok',
         'cost',
         'ratio',
+        'cached',
         'peak',
         'over',
         'facts',
@@ -239,6 +244,8 @@ def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
         'recall',
         'n|r',
         'sum calls',
+        'dropped',
+        'summarised',
         'ms (med)',
     ):
         table.add_column(column, justify='left' if column == 'profile' else 'right')
@@ -248,6 +255,7 @@ def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
             f'{result.input_tokens:,}',
             f'{result.cost:,.0f}',
             f'{result.ratio_to(base):.3f}',
+            _pct(result.cached_share),
             f'{result.peak_view_tokens:,}',
             f'{result.requests_over_window}' + (f' ({result.errors} err)' if result.errors else ''),
             _pct(result.fact_retention),
@@ -255,6 +263,8 @@ def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
             f'{result.recall_charged_cost / base.cost:.3f}',
             _pct(result.needed_or_recoverable),
             f'{result.summary_calls}',
+            f'{result.dropping_compiles}/{result.requests}',
+            f'{result.summarised_compiles}/{result.requests}',
             f'{result.compile_ms_median:.2f}',
         )
     return table
@@ -281,6 +291,11 @@ def summary_rows(all_results: dict[str, dict[int, dict[str, ReplayResult]]]) -> 
                     ),
                     'requests_over_window': sum(res.requests_over_window for res, _ in pairs),
                     'errors': sum(res.errors for res, _ in pairs),
+                    'requests': sum(res.requests for res, _ in pairs),
+                    'cached_share': statistics.fmean(res.cached_share for res, _ in pairs),
+                    'summary_calls': sum(res.summary_calls for res, _ in pairs),
+                    'dropping_compiles': sum(res.dropping_compiles for res, _ in pairs),
+                    'summarised_compiles': sum(res.summarised_compiles for res, _ in pairs),
                     'fact_retention': statistics.fmean(res.fact_retention for res, _ in pairs),
                     'needed_fact_retention': statistics.fmean(res.needed_fact_retention for res, _ in pairs),
                     'min_needed_fact_retention': min(res.needed_fact_retention for res, _ in pairs),
@@ -310,9 +325,13 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
         'cost/none',
         'input/none',
         'peak/none',
+        'cached',
         'over',
         'facts',
         'needed',
+        'sum calls',
+        'dropped',
+        'summarised',
         'recall/none',
         'n|r (min)',
         'ms (med)',
@@ -326,9 +345,13 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
             f'{row["cost_ratio"]:.3f}',
             f'{row["input_ratio"]:.3f}',
             f'{row["peak_ratio"]:.3f}',
-            str(row['requests_over_window']),
+            _pct(row['cached_share']),
+            str(row['requests_over_window']) + (f' ({row["errors"]} err)' if row['errors'] else ''),
             _pct(row['fact_retention']),
             _pct(row['needed_fact_retention']),
+            str(row['summary_calls']),
+            f'{row["dropping_compiles"]}/{row["requests"]}',
+            f'{row["summarised_compiles"]}/{row["requests"]}',
             f'{row["recall_ratio"]:.3f}',
             f'{_pct(row["needed_or_recoverable"])} ({_pct(row["min_needed_or_recoverable"])})',
             f'{row["compile_ms_median"]:.2f}',
@@ -343,7 +366,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument('paths', nargs='*', help=f'trajectory files or directories (default: {DEFAULT_DIR})')
     parser.add_argument(
-        '--window', type=int, action='append', help='context window(s) (default: 128000 and 32000)'
+        '--window', type=int, action='append', help='context window(s) (default: 128000, 32000 and 16000)'
     )
     parser.add_argument(
         '--profile', action='append', help='preset(s) to replay (default: all but transparent)'
@@ -359,7 +382,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 async def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    console = Console(width=150)
+    console = Console(width=170)
     windows = args.window or list(WINDOWS)
     names = args.profile or [n for n in available_profiles() if n != 'transparent']
     if args.transparent and 'transparent' not in names:

@@ -11,6 +11,7 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
     ToolCallPart,
+    ToolReturnPart,
     UserPromptPart,
 )
 
@@ -22,7 +23,7 @@ from pydantic_ai_context import (
     validate_view,
 )
 from pydantic_ai_context._parts import marker
-from pydantic_ai_context.policies.fit import FitToBudget, fit_to_budget
+from pydantic_ai_context.policies.fit import DROPPED_NOTE, FitToBudget, fit_to_budget
 from pydantic_ai_context.views import CompileContext
 
 from . import data
@@ -92,7 +93,7 @@ def test_drops_the_oldest_steps_first_and_says_so() -> None:
     assert record is not None
     assert record['kind'] == 'dropped'
     assert record['messages'] == dropped
-    assert f'{dropped:,} older messages' in note.content
+    assert note.content == DROPPED_NOTE  # the same text whatever was dropped: the cached prefix holds
     assert record['tokens'] > 0
     assert view[1:] == log[1 + dropped :]
     assert all(a is b for a, b in zip(view[1:], log[1 + dropped :], strict=True))
@@ -144,27 +145,51 @@ def test_later_user_prompts_are_dropped_last() -> None:
     assert tokens(view) <= tight
 
 
-def test_raises_with_the_numbers_when_nothing_more_can_go() -> None:
+def test_degrades_the_recency_window_before_failing() -> None:
+    """Issue 14: with no step left to drop, the window's older results are trimmed (then the
+    newest is clamped) rather than failing the run."""
     log = agent_log(4)
     limit = tokens(log[-4:])  # the recency window alone does not fit with the framing
-    with pytest.raises(ContextBudgetExceeded) as info:
-        fit(log, limit)
-    err = info.value
-    assert err.limit == limit
-    assert err.used > limit
-    assert err.policy == 'fit_to_budget'
-    assert 'the last 2 steps' in err.detail
-    assert 'after fit_to_budget' in str(err)
+    view = fit(log, limit)
+    assert tokens(view) <= limit
+    validate_view(view)
+    kinds = [(marker(p) or {}).get('kind') for m in view for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert 'trimmed' in kinds
+    assert view[0].parts[0] == log[0].parts[0]  # the task framing stays
+    assert fit(view, limit) == view
 
 
-def test_single_huge_newest_request_is_reported() -> None:
+def test_clamps_the_newest_result_with_its_original_size() -> None:
     log = (
         History().user('Summarise this.').step(Tool('read_file', {'path': 'big.log'}, long_text(400))).build()
     )
-    newest = COUNTER.count_message(log[-1])
+    original = COUNTER.count_text(log[-1].parts[0].content)
+    view = fit(log, 1_000)
+    assert tokens(view) <= 1_000
+    record = marker(view[-1].parts[0]) or {}
+    assert record.get('kind') == 'clamped'
+    assert record.get('tokens') == original
+    assert f'~{original:,} tokens' in view[-1].parts[0].content
+
+
+def test_raises_naming_the_framing_when_even_the_clamped_newest_step_cannot_fit() -> None:
+    log = (
+        History()
+        .user('Summarise this. ' * 300)
+        .step(Tool('read_file', {'path': 'big.log'}, long_text(400)))
+        .build()
+    )
+    framing = COUNTER.count_message(log[0])
     with pytest.raises(ContextBudgetExceeded) as info:
-        fit(log, 1_000)
-    assert f'the newest request alone is {newest:,} tokens (message {len(log) - 1})' in info.value.detail
+        fit(log, framing - 10)
+    err = info.value
+    assert err.used > err.limit == framing - 10
+    assert err.policy == 'fit_to_budget'
+    assert f'the task framing alone is {framing:,} tokens' in err.detail
+    with pytest.raises(ContextBudgetExceeded) as info:
+        fit(log, framing + 20)
+    assert 'the task framing' in info.value.detail
+    assert 'the newest step' in info.value.detail
 
 
 def test_granularity_keeps_the_prefix_stable_while_the_log_grows() -> None:
@@ -277,7 +302,10 @@ def test_trajectory(path: Path) -> None:
             continue
         assert tokens(view) <= window
         assert_all(log, snapshot, view)
-        assert view[-1] is log[-1]
+        # The newest result stays, or, when nothing else fits, is clamped with its original size.
+        assert view[-1] is log[-1] or all(
+            (marker(p) or {}).get('kind') == 'clamped' for p in view[-1].parts if p not in log[-1].parts
+        )
         assert fit(view, window) == view
     assert log == snapshot
 
@@ -302,3 +330,21 @@ def test_a_growing_log_gets_the_view_a_fresh_compile_gives() -> None:
         list(longer), CompileContext(counter=counter, budget=budget(limit))
     )
     assert live == fresh
+
+
+def test_the_older_steps_of_the_recency_window_go_before_failing() -> None:
+    """Only the task framing and the newest step must fit: an older step of the recency window
+    whose text cannot be trimmed goes rather than the run failing."""
+    log = (
+        History()
+        .user('Fix the bug.')
+        .step(Tool('ls', {}, 'a.py b.py'), text='Thinking aloud. ' * 600)
+        .step(Tool('cat', {'path': 'a.py'}, 'print(1)'))
+        .build()
+    )
+    limit = tokens([log[0], *log[-2:]]) + 80
+    view = fit(log, limit)
+    assert tokens(view) <= limit
+    assert view[0].parts[0] == log[0].parts[0]
+    assert view[-1] == log[-1]
+    assert not any('Thinking aloud' in str(getattr(p, 'content', '')) for m in view for p in m.parts)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -77,18 +78,44 @@ def test_token_window_reads_original_sizes_from_markers() -> None:
     assert window.locate(view, context()) == window.locate(log, context())
 
 
-def test_budget_escalation_advances_in_steps_and_keeps_min_recent() -> None:
+def test_budget_escalation_follows_the_budget_in_chunks_and_keeps_min_recent() -> None:
     log = steps(20, size=4_000).build()  # 1,000 tokens per observation
     frontier = Frontier(keep_recent=10, step=2, min_recent=3)
     relaxed = frontier.locate(log, context(ContextBudget(context_window=1_000_000)))
     assert relaxed == observation_indices(log)[9] + 1
-    tight = frontier.locate(log, context(ContextBudget(context_window=12_000, reserved_output=0)))
+    tight_budget = ContextBudget(context_window=12_000, reserved_output=0)
+    tight = frontier.locate(log, context(tight_budget))
     obs = observation_indices(log)
     assert tight > relaxed
-    assert tight in {obs[k - 1] + 1 for k in range(2, 21, 2)}  # whole steps
+    assert tight in {i + 1 for i in obs}  # right after an observation
     assert tight <= obs[-3]  # three observations stay
     off = Frontier(keep_recent=10, step=2, escalate=False)
-    assert off.locate(log, context(ContextBudget(context_window=12_000, reserved_output=0))) == relaxed
+    assert off.locate(log, context(tight_budget)) == relaxed
+
+
+def test_budget_escalation_is_counted_in_tokens_not_observations() -> None:
+    """Issue 14: a few large outputs are masked as soon as they no longer fit, although far fewer
+    than a whole count step (10) have left the recency window."""
+    log = steps(6, size=20_000).build()  # 5,000 tokens per observation
+    budget = ContextBudget(context_window=24_000, reserved_output=0)  # soft limit about 17k
+    frontier = Frontier(keep_recent=2, step=10)
+    located = frontier.locate(log, context(budget))
+    obs = observation_indices(log)
+    assert located > 0, 'whole count steps alone would mask nothing'
+    kept = sum(1 for i in obs if i >= located)
+    assert 1 <= kept <= 3
+
+
+def test_budget_escalation_moves_in_chunks_while_the_log_grows() -> None:
+    log = steps(60, size=2_000).build()  # 500 tokens per observation
+    budget = ContextBudget(context_window=16_000, reserved_output=0)
+    frontier = Frontier(keep_recent=2, step=10, budget_step=0.2)
+    positions = [frontier.locate(log[:end], context(budget)) for end in range(3, len(log) + 1, 2)]
+    assert positions == sorted(positions), 'the frontier never moves back'
+    moves = sum(1 for a, b in itertools.pairwise(positions) if a != b)
+    assert moves <= len(positions) // 3, 'chunks, not one observation per request'
+    with pytest.raises(ValueError, match='budget_step'):
+        Frontier(budget_step=0)
 
 
 def test_unresolved_failures_until_a_later_success_of_the_same_tool() -> None:

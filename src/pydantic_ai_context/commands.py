@@ -40,6 +40,7 @@ import collections
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -48,7 +49,6 @@ from pydantic_ai.messages import (
     ModelResponse,
     SystemPromptPart,
     TextPart,
-    UserPromptPart,
 )
 
 from . import _parts
@@ -59,11 +59,10 @@ from .policies.summarize import (
     ACK_TEXT,
     MARKER_KIND,
     SUMMARISER_INSTRUCTIONS,
-    SUMMARY_PREFIX,
-    SUMMARY_SUFFIX,
     render_transcript,
     run_summariser,
     summary_prompt,
+    summary_request_part,
 )
 from .tokens import TokenCounter, default_counter
 
@@ -167,9 +166,9 @@ async def compact_result(
     }
     ids = {name: value for name in ('run_id', 'conversation_id') if (value := _last(original, name))}
     stamp = next((m.timestamp for m in reversed(original) if isinstance(m, ModelResponse)), None)
-    summary = UserPromptPart(SUMMARY_PREFIX + text + SUMMARY_SUFFIX)
-    if stamp is not None:
-        summary = UserPromptPart(summary.content, timestamp=stamp)
+    # pydantic-ai's own form where it has one (a `CompactionPart`), else our framed user text; the
+    # summariser's answer was fenced (`fence_summary`), so it cannot close the frame early.
+    summary = summary_request_part(text, timestamp=stamp or datetime.now(UTC))
     compacted: list[ModelMessage] = [
         ModelRequest(parts=[*system_parts, summary], metadata=_parts.with_marker(None, record), **ids),
         ModelResponse(

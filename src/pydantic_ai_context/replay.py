@@ -33,7 +33,7 @@ import time
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import pydantic
 from pydantic_ai.messages import (
@@ -381,7 +381,8 @@ class RequestRecord:
     view_tokens: int
     """Tokens of the compiled view (what the provider bills as input)."""
     cached_tokens: int
-    """Tokens of the longest run of leading view messages equal to the previous request's view."""
+    """Tokens of the longest run of leading view messages equal to the previous request's view (as
+    sent: metadata, which providers never receive, is not compared)."""
     output_tokens: int
     """Tokens of the recorded response."""
     compile_ms: float
@@ -395,6 +396,10 @@ class RequestRecord:
     summary_calls: int = 0
     summary_input_tokens: int = 0
     summary_output_tokens: int = 0
+    dropped_messages: int = 0
+    """Messages `fit_to_budget` dropped from this view (0 when it dropped none)."""
+    summarised: bool = False
+    """The view holds a summary (new or reused) of earlier messages."""
     error: str | None = None
     """Set when compiling raised `ContextBudgetExceeded`; the uncompacted input then stands in for
     the view and the request counts as over the window."""
@@ -468,6 +473,21 @@ class ReplayResult:
     @property
     def summary_calls(self) -> int:
         return sum(r.summary_calls for r in self.records)
+
+    @property
+    def cached_share(self) -> float:
+        """Share of all input tokens a provider could serve from its prompt cache."""
+        return self.cached_tokens / self.input_tokens if self.input_tokens else 0.0
+
+    @property
+    def dropping_compiles(self) -> int:
+        """Requests whose view had whole steps dropped by `fit_to_budget`."""
+        return sum(1 for r in self.records if r.dropped_messages)
+
+    @property
+    def summarised_compiles(self) -> int:
+        """Requests whose view held a summary of earlier messages."""
+        return sum(1 for r in self.records if r.summarised)
 
     @property
     def summary_input_tokens(self) -> int:
@@ -585,6 +605,9 @@ class ReplayResult:
             'recall_round_trips': self.recall_round_trips,
             'unrecoverable_facts': self.unrecoverable_facts,
             'summary_calls': self.summary_calls,
+            'cached_share': self.cached_share,
+            'dropping_compiles': self.dropping_compiles,
+            'summarised_compiles': self.summarised_compiles,
             'summary_input_tokens': self.summary_input_tokens,
             'summary_output_tokens': self.summary_output_tokens,
             'compile_ms_median': self.compile_ms_median,
@@ -705,6 +728,8 @@ async def replay(
                 summary_calls=summary_calls,
                 summary_input_tokens=summary_in,
                 summary_output_tokens=summary_out,
+                dropped_messages=sum(_int(e, 'dropped_messages') for e in new_events),
+                summarised=any((_parts.marker(m) or {}).get('kind') == 'summary' for m in view),
                 error=error,
                 recall_missing=recall.used_missing,
                 recall_unrecoverable=recall.unrecoverable,
@@ -745,10 +770,21 @@ def _cached_prefix_tokens(
 ) -> int:
     cached = 0
     for message, tokens, before in zip(view, per_message, previous, strict=False):
-        if message is not before and message != before:
+        if message is not before and _sent(message) != _sent(before):
             break
         cached += tokens
     return cached
+
+
+def _sent(message: ModelMessage) -> ModelMessage:
+    """`message` as a provider receives it: metadata (this package's markers included) is never sent."""
+    originals: list[Any] = list(message.parts)
+    parts = [
+        dataclasses.replace(part, metadata=None) if getattr(part, 'metadata', None) else part
+        for part in originals
+    ]
+    sent: Any = message
+    return cast(ModelMessage, dataclasses.replace(sent, parts=parts, metadata=None))
 
 
 def _new_events(events: Any, last: object) -> tuple[list[Any], object]:
@@ -798,11 +834,13 @@ def geometric_mean(values: Iterable[float]) -> float:
 def extractive_summary_model(*, max_chars: int = 2_400) -> FunctionModel:
     """A deterministic, offline stand-in for a summariser model, for replays and tests.
 
-    It answers the summariser's prompt with an *extractive* summary of the transcript it was
-    given: the first lines of the task, every file path and error line it mentions (the execution
-    facts replay measures), and the end of the last assistant text, within `max_chars`. A real
-    model writes better summaries; this one makes summarising profiles measurable without a
-    network, and its cost is charged like a real call (input x1.0, output x4.0).
+    It answers the summariser's prompt with an *extractive* summary under the sections the
+    prompt asks for (`SUMMARY_SECTIONS`): the first lines of the task, every file path, the
+    commands run, every error line (the execution facts replay measures, newest first when they
+    do not all fit), and the end of the last assistant text. It stays within the size the prompt
+    asks for (about 4 characters a token), else `max_chars`. A real model writes better
+    summaries; this one makes summarising profiles measurable without a network, and its cost is
+    charged like a real call (input x1.0, output x4.0).
 
     Example:
         ```python
@@ -811,8 +849,9 @@ def extractive_summary_model(*, max_chars: int = 2_400) -> FunctionModel:
         from pydantic_ai_context.replay import extractive_summary_model
 
         agent = Agent(extractive_summary_model())
-        out = agent.run_sync('<transcript>[user] fix src/app.py\\nValueError: boom</transcript>').output
+        out = agent.run_sync('<transcript>user: fix src/app.py\nValueError: boom</transcript>').output
         assert 'src/app.py' in out and 'ValueError: boom' in out
+        assert out.startswith('Task and constraints:')
         ```
     """
 
@@ -823,18 +862,87 @@ def extractive_summary_model(*, max_chars: int = 2_400) -> FunctionModel:
             for p in m.parts
             if isinstance(p, UserPromptPart) and isinstance(p.content, str)
         )
-        lines = [line.strip() for line in prompt.splitlines() if line.strip()]
-        task = [line for line in lines if not line.startswith('<')][:3]
-        paths = list(dict.fromkeys(paths_in(prompt)))
-        errors = list(dict.fromkeys(error_lines(prompt)))
-        parts = ['Goal: ' + ' / '.join(task)[:400]]
-        if paths:
-            parts.append('Files: ' + ', '.join(paths))
-        if errors:
-            parts.append('Errors: ' + ' | '.join(errors))
-        text = '\n'.join(parts)
-        if len(text) > max_chars:
-            text = text[: max_chars - 20].rsplit(', ', 1)[0] + ' (and more)'
-        return ModelResponse(parts=[TextPart(text)])
+        hint = _SIZE_HINT.search(prompt)
+        budget = int(hint.group(1).replace(',', '')) * 4 if hint else max_chars
+        return ModelResponse(parts=[TextPart(extractive_summary(prompt, max_chars=budget))])
 
     return FunctionModel(summarise, model_name='extractive-summariser')
+
+
+_SIZE_HINT = re.compile(r'Stay within about ([\d,]+) tokens')
+_CALL_LINE = re.compile(r'^assistant called (\S+) \[[^\]]*\]: (.*)$')
+
+
+def extractive_summary(prompt: str, *, max_chars: int) -> str:
+    """The extractive summary of a summariser prompt (see `extractive_summary_model`)."""
+    from .policies.summariser import SUMMARY_SECTIONS
+
+    lines = [line.strip() for line in prompt.splitlines() if line.strip()]
+    previous = _section_lines(prompt)
+    task = (
+        previous.get(SUMMARY_SECTIONS[0])
+        or [line.removeprefix('user: ') for line in lines if line.startswith('user: ')][:2]
+        or [line for line in lines if not line.startswith('<')][:2]
+    )
+    paths = list(dict.fromkeys(reversed(paths_in(prompt))))
+    errors = list(dict.fromkeys(reversed(error_lines(prompt))))
+    commands = list(
+        dict.fromkeys(
+            f'{m.group(1)} {m.group(2)[:100]}' for line in reversed(lines) if (m := _CALL_LINE.match(line))
+        )
+    )
+    said = [line.removeprefix('assistant: ') for line in lines if line.startswith('assistant: ')]
+    state = said[-1][-300:] if said else ''.join(previous.get(SUMMARY_SECTIONS[4], []))[-300:]
+    decisions = (
+        ' / '.join(said[-3:-1])[-300:] if len(said) > 1 else ' / '.join(previous.get(SUMMARY_SECTIONS[3], []))
+    )
+    fixed = [
+        f'{SUMMARY_SECTIONS[0]}: ' + ' / '.join(task)[:400],
+        f'{SUMMARY_SECTIONS[3]}: {decisions}',
+        f'{SUMMARY_SECTIONS[4]}: {state}',
+    ]
+    room = max(max_chars - sum(len(s) + 1 for s in fixed) - 120, 0)
+    # Paths and error lines share the room (the facts); a few commands come with them.
+    # One error line a line, verbatim, so the next update reads each back as it was. Errors take
+    # up to 40% of the room, paths what is left of 90%, a few commands the rest.
+    errs = _fit(errors, room * 4 // 10, '\n')
+    files = _fit(paths, room * 9 // 10 - len(errs), ', ')
+    cmds = _fit(commands[:8], room - len(files) - len(errs), ' | ')
+    body = [
+        fixed[0],
+        f'{SUMMARY_SECTIONS[1]}: {files}',
+        f'{SUMMARY_SECTIONS[2]}: {cmds}' + (f'\n{errs}' if errs else ''),
+        fixed[1],
+        fixed[2],
+    ]
+    return '\n'.join(body)
+
+
+def _fit(items: Sequence[str], room: int, sep: str) -> str:
+    """As many of `items` (in order) as fit in `room` characters, saying how many were left out."""
+    kept: list[str] = []
+    used = 0
+    for item in items:
+        if used + len(item) + len(sep) > room:
+            break
+        kept.append(item)
+        used += len(item) + len(sep)
+    text = sep.join(kept)
+    left = len(items) - len(kept)
+    return text + (f'{sep if sep == chr(10) else " "}(and {left} more)' if left else '')
+
+
+def _section_lines(prompt: str) -> dict[str, list[str]]:
+    """The sections of the previous summary quoted in the prompt, if any."""
+    from .policies.summariser import SUMMARY_SECTIONS
+
+    found: dict[str, list[str]] = {}
+    start = prompt.find('<previous_summary>')
+    end = prompt.find('</previous_summary>')
+    if start < 0 or end < start:
+        return found
+    for line in prompt[start:end].splitlines():
+        for name in SUMMARY_SECTIONS:
+            if line.startswith(f'{name}: '):
+                found[name] = [line.removeprefix(f'{name}: ')]
+    return found

@@ -24,15 +24,19 @@ from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
+from .trim import clip_arguments, shorten_results
 
 __all__ = ('FitToBudget', 'fit_to_budget')
 
 MARKER_KIND: Final = 'dropped'
 
 DROPPED_NOTE: Final = (
-    '[Note from context management, not a new instruction: {messages:,} older messages (about {tokens:,} tokens) '
-    'of this conversation were removed from here on to fit the context window; the rest of the conversation follows.]'
+    '[Note from context management, not a new instruction: older steps of this conversation were removed '
+    'from here on to fit the context window; the rest of the conversation follows.]'
 )
+"""The note where steps were dropped. Its text stays the same however many were dropped (the counts
+are in the marker): it sits in an early request, and a text that changed with every drop would
+break the provider's prompt cache from there on."""
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -78,7 +82,7 @@ class FitToBudget(SyncPolicy):
         view = fit_to_budget().apply(log, context)
         assert context.counter.count_messages(view) <= context.budget.limit
         assert view[0].parts[0].content == 'Summarise the logs.'  # the task stays
-        assert 'older messages' in view[0].parts[-1].content  # the note on what was removed
+        assert 'older steps' in view[0].parts[-1].content  # the note on what was removed
         assert view[-1] is log[-1]  # the newest step stays
         ```
     """
@@ -87,6 +91,12 @@ class FitToBudget(SyncPolicy):
     """The step's name in a profile's chain."""
     keep_last_steps: int = 2
     """Steps (response + following request) at the end of the view that are never dropped (at least 1)."""
+    trim_tokens: int = 200
+    """When no step is left to drop, the recency window's tool results (all but the newest
+    request's) are cut to about this many tokens, head + tail, before anything fails."""
+    clip_chars: int = 80
+    """With no step left to drop, long string arguments of the recency window's tool calls are
+    clipped to this many characters too (paths and a command's first line stay whole)."""
     drop_granularity: float = 0.2
     """Steps are dropped in chunks of this share of the limit, so the view shrinks well below the limit
     and stays put for a while (0 drops just enough, breaking the prompt cache on every request; replay at
@@ -158,21 +168,122 @@ class FitToBudget(SyncPolicy):
         if plan.span is not None:
             _markers.keep_span(context.originals, *plan.span)
         final = counter.count_messages(view)
+        degraded = False
+        extra = 0
         if final > limit:
-            raise ContextBudgetExceeded(
-                final, limit, detail=plan.explain(view, dropped, counter, limit), policy=self.name
+            view, final, extra = self._degrade(view, plan, dropped, sizes, limit, context)
+            degraded = True
+        n = sum(plan.units[u][1] - plan.units[u][0] for u in dropped) + extra
+        if n:
+            context.note(
+                f'dropped {n} oldest messages ({freed:,} tokens) to fit the limit of {limit:,} tokens',
+                dropped_messages=n,
+                dropped_tokens=freed,
             )
-        n = sum(plan.units[u][1] - plan.units[u][0] for u in dropped)
-        context.note(
-            f'dropped {n} oldest messages ({freed:,} tokens) to fit the limit of {limit:,} tokens',
-            dropped_messages=n,
-            dropped_tokens=freed,
-        )
         # Extending later is exact only if this drop stopped on the target (not by running out of
         # steps: the next request's longer view has more to offer) and dropped plain steps only.
-        extendable = freed >= target and all(_kind(messages, plan.units[u]) == 'step' for u in dropped)
+        extendable = (
+            not degraded
+            and freed >= target
+            and all(_kind(messages, plan.units[u]) == 'step' for u in dropped)
+        )
         self._last = last_call(messages, view, context_key(context), context, (target, extendable))
         return view
+
+    def _degrade(
+        self,
+        view: list[ModelMessage],
+        plan: _Plan,
+        dropped: set[int],
+        sizes: list[int],
+        limit: int,
+        context: CompileContext,
+    ) -> tuple[list[ModelMessage], int, int]:
+        """What still keeps the run going once no step is left to drop (DESIGN.md invariant 3).
+
+        First the tool results of the recency window are trimmed, all but the newest request's,
+        and its calls' long arguments clipped; then the newest request's results are clamped to
+        the room left (head + tail, the original size in the marker). If that is not enough, the
+        recency window's older steps go too, and the same is tried on the task framing and the
+        newest step alone. Raises `ContextBudgetExceeded` when even that does not fit, saying
+        whether the task framing or the newest step is too large. Returns the view, its tokens and
+        how many more messages were dropped.
+        """
+        out, used = self._shrink_recent(view, plan, limit, context)
+        if used <= limit:
+            return out, used, 0
+        # The recency window's older steps (never pinned ones or system prompts) go last.
+        older = {
+            u
+            for u in range(len(plan.units) - plan.protected, len(plan.units) - 1)
+            if _kind(plan.messages, plan.units[u]) != 'never'
+        }
+        if older - dropped:
+            smaller = plan.build(dropped | older, sizes)
+            out, used = self._shrink_recent(smaller, plan, limit, context)
+            if used <= limit:
+                return out, used, sum(plan.units[u][1] - plan.units[u][0] for u in older - dropped)
+        raise ContextBudgetExceeded(
+            used,
+            limit,
+            detail=plan.explain_degraded(out, counter=context.counter, limit=limit),
+            policy=self.name,
+        )
+
+    def _shrink_recent(
+        self, view: list[ModelMessage], plan: _Plan, limit: int, context: CompileContext
+    ) -> tuple[list[ModelMessage], int]:
+        """`view` with the recency window trimmed and, if needed, the newest results clamped."""
+        counter = context.counter
+        out = list(view)
+        newest = len(out) - 1
+        trimmed = 0
+        for i in range(plan.head_end, newest):
+            message = out[i]
+            if isinstance(message, ModelRequest) and _parts.tool_results(message):
+                shorter = shorten_results(
+                    message, max_tokens=self.trim_tokens, counter=counter, originals=context.originals
+                )
+                if shorter is not message:
+                    out[i] = shorter
+                    trimmed += 1
+        # The calls of the recency window have been made: their long arguments (file contents
+        # sent to an editor) can be clipped like old ones; paths and commands stay whole.
+        for i in range(plan.head_end, len(out)):
+            message = out[i]
+            if isinstance(message, ModelResponse) and not _parts.message_pinned(message):
+                clipped = clip_arguments(message, max_chars=self.clip_chars, counter=counter)
+                if clipped is not message:
+                    out[i] = clipped
+                    trimmed += 1
+        used = counter.count_messages(out)
+        clamped = 0
+        last = out[newest]
+        if used > limit and isinstance(last, ModelRequest) and _parts.tool_results(last):
+            others = used - message_tokens(counter, last)
+            room = limit - others
+            n_results = len(_parts.tool_results(last))
+            # The marker and the facts listed after the cut take room too: aim lower and retry.
+            for share in (0.8, 0.6, 0.4):
+                per_result = math.floor(room * share / n_results)
+                if per_result < 1:
+                    break
+                candidate = shorten_results(
+                    last, max_tokens=per_result, counter=counter, recent=True, originals=context.originals
+                )
+                out[newest] = candidate
+                used = others + message_tokens(counter, candidate)
+                clamped = 1 if candidate is not last else 0
+                if used <= limit:
+                    break
+        if used <= limit:
+            context.note(
+                f'nothing left to drop: trimmed {trimmed} recent messages'
+                + (' and clamped the newest' if clamped else ''),
+                trimmed_recent=trimmed,
+                clamped_newest=clamped,
+            )
+        return out, used
 
 
 def fit_to_budget(**settings: Any) -> FitToBudget:
@@ -250,6 +361,28 @@ class _Plan:
         view, self.span = _with_note(out, note_at, n, tokens, observations, items)
         return view
 
+    def explain_degraded(self, view: list[ModelMessage], counter: TokenCounter, limit: int) -> str:
+        """Why the view does not fit even with the recency window trimmed and the newest result clamped."""
+        head = sum(message_tokens(counter, m) for m in view[: self.head_end])
+        length = self.units[-1][1] - self.units[-1][0] if self.units else 1
+        newest = sum(message_tokens(counter, m) for m in view[len(view) - length :])
+        if head > limit:
+            return (
+                f'the task framing alone is {head:,} tokens (messages 0-{self.head_end - 1}), '
+                f'more than the limit of {limit:,}'
+            )
+        if head + newest > limit:
+            return (
+                f'the task framing ({head:,} tokens) and the newest step, its results clamped '
+                f'({newest:,} tokens), do not fit the limit of {limit:,} together'
+            )
+        rest = counter.count_messages(view) - head - newest
+        return (
+            f'the task framing ({head:,} tokens), the newest step ({newest:,} tokens) and the steps '
+            f'that must stay (pinned or system prompts, the recency window, trimmed: {rest:,} tokens) '
+            f'do not fit the limit of {limit:,}'
+        )
+
     def explain(self, view: list[ModelMessage], dropped: set[int], counter: TokenCounter, limit: int) -> str:
         """Why the smallest view does not fit: what it still holds, and any message too large on its own."""
         newest = len(self.messages) - 1
@@ -319,19 +452,19 @@ def _with_note(
     the compaction frontier still counts them, so a view of this view compacts the same messages.
     """
     for i, message in enumerate(view):
-        record = _parts.marker(message)
-        if record is not None and record.get('kind') == MARKER_KIND:
+        found = drop_record(message)
+        if found is not None:
             # A view of a view under a smaller budget: one note for everything removed.
-            messages += int(record.get('messages', 0))
-            tokens += int(record.get('tokens', 0))
-            observations += int(record.get('observations', 0))
-            earlier = record.get('ref')
+            messages += int(found.get('messages', 0))
+            tokens += int(found.get('tokens', 0))
+            observations += int(found.get('observations', 0))
+            earlier = found.get('ref')
             if isinstance(earlier, str):
                 items = [earlier, *items]
-            view[i] = _without_note(message, record)
+            view[i] = _without_note(message, found)
     target = view[at]
     ref = _markers.span_ref(items)
-    note = _markers.with_ref(DROPPED_NOTE.format(messages=messages, tokens=tokens), ref)
+    note = _markers.with_ref(DROPPED_NOTE, ref)
     record = {
         'kind': MARKER_KIND,
         'messages': messages,
@@ -345,10 +478,14 @@ def _with_note(
         stamp = target.timestamp or next(
             (p.timestamp for p in target.parts if hasattr(p, 'timestamp')), _EPOCH
         )
+        existing = _parts.marker(target)
+        # The request may already be a summary (merged into the task framing): its record stays,
+        # with the drop's nested under it.
+        combined = {**existing, MARKER_KIND: record} if existing is not None else record
         view[at] = dataclasses.replace(
             target,
             parts=[*target.parts, UserPromptPart(note, timestamp=stamp)],
-            metadata=_parts.with_marker(target.metadata, record),
+            metadata=_parts.with_marker(target.metadata, combined),
         )
     else:
         # Only in a malformed view (two responses in a row): the note gets a request of its own.
@@ -361,9 +498,28 @@ def _with_note(
     return view, (ref, items)
 
 
+def drop_record(message: ModelMessage) -> dict[str, Any] | None:
+    """The record of a drop note the message carries: its own marker, or nested under another
+    record (a summary merged into the task framing keeps its own marker)."""
+    record = _parts.marker(message)
+    if record is None:
+        return None
+    if record.get('kind') == MARKER_KIND:
+        return record
+    nested = record.get(MARKER_KIND)
+    return nested if isinstance(nested, dict) else None
+
+
 def _without_note(message: ModelMessage, record: dict[str, Any]) -> ModelMessage:
     note = record.get('note')
     parts = [p for p in message.parts if not (isinstance(p, UserPromptPart) and p.content == note)]
+    outer = _parts.marker(message)
+    if outer is not None and outer.get('kind') != MARKER_KIND:
+        rest = {k: v for k, v in outer.items() if k != MARKER_KIND}
+        kept: ModelMessage = dataclasses.replace(
+            cast(Any, message), parts=parts, metadata=_parts.with_marker(message.metadata, rest)
+        )
+        return kept
     meta = {k: v for k, v in (message.metadata or {}).items() if k != _parts.META_KEY}
     stripped: ModelMessage = dataclasses.replace(cast(Any, message), parts=parts, metadata=meta or None)
     return stripped

@@ -30,6 +30,8 @@ from pydantic_ai_context.views import CompileContext, current_run, run_spans, st
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
 from ._frontier import nominal_part_tokens
+from ._summary_block import ACK_KIND, KEPT_KIND
+from ._summary_block import MARKER_KIND as SUMMARY_KIND
 
 __all__ = ('IsolateBoundaries', 'IsolateMode', 'isolate_boundaries')
 
@@ -44,6 +46,8 @@ DIGEST_HEADER: Final = (
 )
 
 MASK_TEMPLATE: Final = '[output omitted: this turn is finished; {digest}]'
+
+_SUMMARY_BLOCK: Final = frozenset({SUMMARY_KIND, KEPT_KIND, ACK_KIND})
 
 # Request parts a collapsed step may hold: tool results and retry feedback. A step with anything
 # else (a user or system prompt, an instruction change, a part this package does not know) is kept.
@@ -162,6 +166,10 @@ class IsolateBoundaries(SyncPolicy):
         head_end = next((i for i, m in enumerate(run) if _parts.has_user_prompt(m)), None)
         answer = run[-1] if run else None
         if head_end is None or not _is_final_answer(answer) or len(run) - 1 <= head_end + 1:
+            return None
+        if any((_parts.marker(m) or {}).get('kind') in _SUMMARY_BLOCK for m in run):
+            # A summary block of a compiled view (summary, acknowledgement, kept steps) is no run
+            # of its own: what it kept stays, or a view of the view would differ from the view.
             return None
         assert isinstance(answer, ModelResponse)
         if (_parts.marker(answer) or {}).get('kind') == MARKER_KIND:

@@ -26,7 +26,7 @@ from ._frontier import (
     unresolved_failures,
 )
 
-__all__ = ('TrimToolOutputs', 'trim_tool_outputs')
+__all__ = ('TrimToolOutputs', 'clip_arguments', 'shorten_results', 'trim_tool_outputs')
 
 TRIMMED: Final = 'trimmed'
 CLAMPED: Final = 'clamped'
@@ -242,6 +242,7 @@ class TrimToolOutputs(SyncPolicy):
         if (
             not isinstance(part, ToolReturnPart)
             or part.tool_call_id in failures
+            or _parts.is_pinned(part)
             or _markers.is_readback(part)
         ):
             return False
@@ -366,6 +367,66 @@ def _clip_args(args: Any, max_chars: int) -> Any:
     if not changed:
         return None
     return new if isinstance(args, dict) else json.dumps(new, ensure_ascii=False)
+
+
+def shorten_results(
+    message: ModelRequest,
+    *,
+    max_tokens: int,
+    counter: TokenCounter,
+    recent: bool = False,
+    originals: _markers.OriginalsSink | None = None,
+) -> ModelRequest:
+    """`message` with every tool result over `max_tokens` cut to head + tail of about that size.
+
+    The marker records the original size; its kind is `'clamped'` when `recent` (a result of the
+    recency window, shortened only because nothing else fits) and `'trimmed'` otherwise. Pinned
+    messages, images, documents and results already compacted stay as they are. `fit_to_budget`
+    uses it to degrade the recency window before it gives up. Each marker names its original by
+    `tool_call_id`; `originals` keeps them where the log the read-back tools read is not whole.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
+        from pydantic_ai_context import HeuristicCounter
+        from pydantic_ai_context.policies.trim import shorten_results
+
+        big = ModelRequest(parts=[ToolReturnPart('cat', 'word ' * 5_000, tool_call_id='c1')])
+        small = shorten_results(big, max_tokens=300, counter=HeuristicCounter(), recent=True)
+        assert HeuristicCounter().count_message(small) < 600
+        assert small.parts[0].metadata['pydantic_ai_context']['kind'] == 'clamped'
+        ```
+    """
+    if _parts.message_pinned(message) or max_tokens < 1:
+        return message
+    trim = TrimToolOutputs(max_tokens=max_tokens, keep_tokens=max_tokens)
+    context = CompileContext(counter=counter, originals=originals)
+    if recent:
+        return trim._trim_request(message, False, max_tokens, max_tokens, frozenset(), context)
+    return trim._trim_request(message, True, max_tokens, None, frozenset(), context)
+
+
+def clip_arguments(message: ModelResponse, *, max_chars: int, counter: TokenCounter) -> ModelResponse:
+    """`message` with its tool calls' long string arguments clipped to `max_chars` (paths and a
+    command's first line stay whole); the message marker keeps their original sizes.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelResponse, ToolCallPart
+
+        from pydantic_ai_context import HeuristicCounter
+        from pydantic_ai_context.policies.trim import clip_arguments
+
+        call = ToolCallPart('write_file', {'path': 'a.py', 'content': 'x = 1\n' * 500}, tool_call_id='c1')
+        clipped = clip_arguments(ModelResponse(parts=[call]), max_chars=80, counter=HeuristicCounter())
+        assert clipped.parts[0].args['path'] == 'a.py'
+        assert len(clipped.parts[0].args['content']) < 200
+        ```
+    """
+    if max_chars < 1:
+        return message
+    return TrimToolOutputs(max_arg_chars=max_chars)._clip_calls(message, counter)
 
 
 def trim_tool_outputs(

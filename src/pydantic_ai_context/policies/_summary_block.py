@@ -1,0 +1,359 @@
+"""How a summary sits in a view: the block it forms, read back from a compiled view and built anew.
+
+A summary replaces the middle of the view with a *block*: the summary request (merged into the
+task framing's last request when the framing ends with one), then what the summarised span had
+to keep verbatim (pinned parts, system prompts, unknown framework parts, unresolved failures),
+answered by an acknowledgement so that requests and responses keep alternating. Each message of
+the block carries a marker (`summary`, `summary_kept`, `summary_ack`), so a view of the view
+finds the block again (`find_zones`) and extends it rather than summarising a summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    UserPromptPart,
+)
+
+from pydantic_ai_context import _markers, _parts
+from pydantic_ai_context.integrity import safe_cut_points
+from pydantic_ai_context.views import run_spans
+
+MARKER_KIND: Final = 'summary'
+KEPT_KIND: Final = 'summary_kept'
+ACK_KIND: Final = 'summary_ack'
+
+SUMMARY_PREFIX: Final = (
+    'The earlier part of this conversation was condensed into the summary below by a separate '
+    'summarisation step. It is background for continuing the work, not a new request:\n\n'
+    '<conversation_summary>\n'
+)
+SUMMARY_SUFFIX: Final = '\n</conversation_summary>'
+ACK_TEXT: Final = 'Understood. I will continue from the summary of the earlier conversation.'
+# --- zones -------------------------------------------------------------------------------------
+
+
+_SUMMARISABLE_REQUEST: Final = frozenset({'user-prompt', 'tool-return', 'retry-prompt', 'retry-feedback'})
+_SUMMARISABLE_RESPONSE: Final = frozenset(
+    {'text', 'thinking', 'tool-call', 'builtin-tool-call', 'builtin-tool-return', 'file'}
+)
+
+
+@dataclass
+class Zones:
+    """Where the head ends and the new middle starts, in the input, and their positions in the log."""
+
+    head: list[ModelMessage]
+    start: int
+    """Input index where the span still to summarise starts (after the head or an existing summary)."""
+    start_log: int
+    """`start` as a position in the canonical log."""
+    head_log: int
+    """Log position where the head ends (where the first summary starts)."""
+    previous: str | None = None
+    previous_digest: str | None = None
+    previous_observations: int = 0
+    old_request_parts: list[Any] = field(default_factory=list[Any])
+    old_response_parts: list[Any] = field(default_factory=list[Any])
+    old_result_parts: list[Any] = field(default_factory=list[Any])
+
+    def log_index(self, i: int) -> int:
+        return self.start_log + (i - self.start)
+
+    def input_index(self, log_i: int) -> int:
+        return self.start + (log_i - self.start_log)
+
+
+def without_marker(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not meta:
+        return None
+    rest = {k: v for k, v in meta.items() if k != _parts.META_KEY}
+    return rest or None
+
+
+def summary_text(part: Any) -> str:
+    content = getattr(part, 'content', '') or ''
+    text = _markers.without_ref(content if isinstance(content, str) else _parts.user_content_text(content))
+    if text.startswith(SUMMARY_PREFIX) and text.endswith(SUMMARY_SUFFIX):
+        return text[len(SUMMARY_PREFIX) : len(text) - len(SUMMARY_SUFFIX)]
+    return text
+
+
+def is_drop_note(part: Any, record: dict[str, Any]) -> bool:
+    """`fit_to_budget`'s note in the summary's request (its record nested in the summary's): it
+    belongs to the drop, not to what the summary kept."""
+    nested = record.get('dropped')
+    note = nested.get('note') if isinstance(nested, dict) else None
+    return note is not None and isinstance(part, UserPromptPart) and part.content == note
+
+
+def find_zones(messages: Sequence[ModelMessage]) -> Zones | None:
+    """The head, or the head and existing summary block of an already-compiled view."""
+    for s in range(len(messages) - 1, -1, -1):
+        record = _parts.marker(messages[s])
+        if record is not None and record.get('kind') == MARKER_KIND:
+            return zones_after_summary(messages, s, record)
+    first = next((i for i, m in enumerate(messages) if _parts.has_user_prompt(m)), None)
+    if first is None:
+        return None
+    head_end = first + 1
+    spans = run_spans(messages)
+    first_run = next(s for s in spans if first in s)
+    if first_run is not spans[-1]:
+        # The first run has finished: its first text answer belongs to the task framing.
+        for i in range(head_end, first_run.end):
+            m = messages[i]
+            if isinstance(m, ModelResponse) and _parts.final_text(m) and not _parts.tool_calls(m):
+                head_end = i + 1
+                break
+    cuts = safe_cut_points(messages)
+    head_end = next((c for c in cuts if c >= head_end), len(messages))
+    return Zones(head=list(messages[:head_end]), start=head_end, start_log=head_end, head_log=head_end)
+
+
+def zones_after_summary(messages: Sequence[ModelMessage], s: int, record: dict[str, Any]) -> Zones:
+    summary_message: Any = messages[s]
+    part_at = int(record.get('part', 0))
+    head = list(messages[:s])
+    if record.get('merged'):
+        head.append(
+            dataclasses.replace(
+                summary_message,
+                parts=list(summary_message.parts[:part_at]),
+                metadata=without_marker(summary_message.metadata),
+            )
+        )
+    end = s + 1
+    response_parts: list[Any] = []
+    result_parts: list[Any] = []
+    while end < len(messages):
+        kept = _parts.marker(messages[end])
+        if kept is None or kept.get('kind') not in {KEPT_KIND, ACK_KIND}:
+            break
+        parts = list(messages[end].parts)
+        if isinstance(messages[end], ModelResponse):
+            response_parts += parts[1:] if kept.get('ack') or kept.get('kind') == ACK_KIND else parts
+        else:
+            result_parts += parts
+        end += 1
+    covers = record.get('covers') or [s, s]
+    return Zones(
+        head=head,
+        start=end,
+        start_log=int(covers[1]),
+        head_log=int(covers[0]),
+        previous=summary_text(summary_message.parts[part_at]),
+        previous_digest=str(record.get('digest') or ''),
+        previous_observations=int(record.get('observations') or 0),
+        old_request_parts=[p for p in summary_message.parts[part_at + 1 :] if not is_drop_note(p, record)],
+        old_response_parts=response_parts,
+        old_result_parts=result_parts,
+    )
+
+
+@dataclass
+class Kept:
+    """What the middle holds that must stay verbatim after the summary."""
+
+    request_parts: list[Any] = field(default_factory=list[Any])
+    response_parts: list[Any] = field(default_factory=list[Any])
+    result_parts: list[Any] = field(default_factory=list[Any])
+    loose_response_at: int | None = None
+    """Input index of the first response whose kept parts are not tool calls."""
+
+
+def kept_in(messages: Sequence[ModelMessage], start: int, end: int, unresolved: set[str]) -> Kept:
+    kept = Kept()
+    for i in range(start, end):
+        message = messages[i]
+        pinned = _parts.is_pinned(message)
+        part: Any
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if _parts.is_tool_result(part):
+                    continue  # kept with its call, below
+                kind = getattr(part, 'part_kind', '')
+                if isinstance(part, SystemPromptPart) or pinned or _parts.is_pinned(part):
+                    kept.request_parts.append(part)
+                elif kind not in _SUMMARISABLE_REQUEST:
+                    kept.request_parts.append(part)  # framework state we do not understand
+            continue
+        results: dict[Any, Any] = {}
+        if i + 1 < len(messages) and isinstance(messages[i + 1], ModelRequest):
+            nxt = messages[i + 1]
+            results = {r.tool_call_id: r for r in _parts.tool_results(nxt)}
+            next_pinned = _parts.is_pinned(nxt)
+        else:
+            next_pinned = False
+        for part in message.parts:
+            if _parts.is_tool_call(part):
+                result = results.get(part.tool_call_id)
+                keep = (
+                    pinned
+                    or next_pinned
+                    or _parts.is_pinned(part)
+                    or (result is not None and _parts.is_pinned(result))
+                    or part.tool_call_id in unresolved
+                )
+                if keep and result is not None:
+                    kept.response_parts.append(part)
+                    kept.result_parts.append(result)
+            elif (
+                pinned
+                or _parts.is_pinned(part)
+                or getattr(part, 'part_kind', '') not in _SUMMARISABLE_RESPONSE
+            ):
+                kept.response_parts.append(part)
+                if kept.loose_response_at is None:
+                    kept.loose_response_at = i
+    return kept
+
+
+def digest_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def assemble_block(
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    end: int,
+    kept: Kept,
+    text: str,
+    status: str,
+    role: Literal['user', 'system'],
+    *,
+    originals: _markers.OriginalsSink | None = None,
+) -> list[ModelMessage]:
+    """The view with `messages[zones.start:end]` replaced by the summary block: the summary request
+    (merged into the head's last request when the head ends with one), then what the span kept
+    (an acknowledgement response with the kept calls, their results), then an acknowledgement
+    when the tail starts with a request, so requests and responses keep alternating.
+
+    The summary names the span it stands for by a ref (`read_context`), kept in `originals`: the
+    span after what an earlier summary of this view stood for."""
+    middle = messages[zones.start : end]
+    stamp = stamp_of(middle, zones)
+    ids = run_ids_of(middle, zones.head)
+    earlier = next(
+        (
+            _markers.ref_of(m)
+            for m in messages[: zones.start]
+            if (_parts.marker(m) or {}).get('kind') == MARKER_KIND
+        ),
+        None,
+    )
+    span: list[ModelMessage | str] = [*([earlier] if earlier is not None else []), *middle]
+    ref = _markers.span_ref(span)
+    _markers.keep_span(originals, ref, span)
+    summary_part = summary_request_part(text, role=role, timestamp=stamp, ref=ref)
+    request_parts = [summary_part, *zones.old_request_parts, *kept.request_parts]
+    response_parts = [*zones.old_response_parts, *kept.response_parts]
+    result_parts = [*zones.old_result_parts, *kept.result_parts]
+    # Observations (tool-result requests) the summary now stands for: the compaction frontier
+    # still counts them, so a view of this view compacts the same messages.
+    observations = zones.previous_observations + sum(
+        1 for m in middle if isinstance(m, ModelRequest) and _parts.tool_results(m)
+    )
+    record: dict[str, Any] = {
+        'kind': MARKER_KIND,
+        'scope': 'historical',
+        'covers': [zones.head_log, zones.log_index(end)],
+        'messages': zones.log_index(end) - zones.head_log,
+        'observations': observations,
+        'status': status,
+        'digest': digest_text(text),
+        'role': role,
+        'ref': ref,
+    }
+    head = list(zones.head)
+    last = head[-1] if head else None
+    if isinstance(last, ModelRequest):
+        head.pop()
+        record.update(merged=True, part=len(last.parts))
+        block: list[ModelMessage] = [
+            dataclasses.replace(
+                last,
+                parts=[*last.parts, *request_parts],
+                metadata=_parts.with_marker(last.metadata, record),
+            )
+        ]
+    else:
+        record.update(merged=False, part=0)
+        block = [ModelRequest(parts=request_parts, metadata=_parts.with_marker(None, record), **ids)]
+    ack = TextPart(ACK_TEXT)
+    if response_parts:
+        block.append(
+            ModelResponse(
+                parts=[ack, *response_parts],
+                timestamp=stamp,
+                metadata=_parts.with_marker(None, {'kind': KEPT_KIND, 'ack': True}),
+                **ids,
+            )
+        )
+        if result_parts:
+            block.append(
+                ModelRequest(
+                    parts=result_parts, metadata=_parts.with_marker(None, {'kind': KEPT_KIND}), **ids
+                )
+            )
+    tail = list(messages[end:])
+    if isinstance(block[-1], ModelRequest) and isinstance(tail[0], ModelRequest):
+        block.append(
+            ModelResponse(
+                parts=[ack], timestamp=stamp, metadata=_parts.with_marker(None, {'kind': ACK_KIND}), **ids
+            )
+        )
+    return [*head, *block, *tail]
+
+
+def summary_request_part(
+    text: str, *, role: Literal['user', 'system'] = 'user', timestamp: datetime, ref: str | None = None
+) -> Any:
+    """The part a summary takes in a request.
+
+    Where pydantic-ai takes a `CompactionPart` in a request (2.x), a user-role summary is one:
+    core frames it for every provider in `<pyai:conversation_summary>` after a line saying a
+    separate model wrote it, and labels the prompt-cache change as compaction. Elsewhere (1.x), and
+    for `role='system'`, the summary is prompt text between our own delimiters.
+    """
+    if role == 'user' and _parts.REQUEST_COMPACTION:
+        from pydantic_ai.messages import CompactionPart
+
+        return CompactionPart(_markers.with_ref(text, ref) if ref else text)
+    content = SUMMARY_PREFIX + text + SUMMARY_SUFFIX
+    if ref:
+        content = _markers.with_ref(content, ref)
+    if role == 'user':
+        return UserPromptPart(content, timestamp=timestamp)
+    return SystemPromptPart(content, timestamp=timestamp)
+
+
+def stamp_of(middle: Sequence[ModelMessage], zones: Zones) -> datetime:
+    # A timestamp from the covered messages, never "now": the view must be the same byte for byte.
+    for message in reversed(middle):
+        stamp = getattr(message, 'timestamp', None)
+        if isinstance(stamp, datetime):
+            return stamp
+    return datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def run_ids_of(middle: Sequence[ModelMessage], head: Sequence[ModelMessage]) -> dict[str, Any]:
+    ids: dict[str, Any] = {}
+    for name in ('run_id', 'conversation_id'):
+        for message in [*reversed(middle), *reversed(head)]:
+            value = getattr(message, name, None)
+            if value:
+                ids[name] = value
+                break
+    return ids

@@ -22,8 +22,9 @@ from pydantic_ai_context import (
     normalize,
     validate_view,
 )
+from pydantic_ai_context._markers import without_ref
 from pydantic_ai_context._parts import marker
-from pydantic_ai_context.policies.fit import DROPPED_NOTE, FitToBudget, fit_to_budget
+from pydantic_ai_context.policies.fit import DROPPED_NOTE, FitToBudget, drop_record, fit_to_budget
 from pydantic_ai_context.views import CompileContext
 
 from . import data
@@ -93,7 +94,10 @@ def test_drops_the_oldest_steps_first_and_says_so() -> None:
     assert record is not None
     assert record['kind'] == 'dropped'
     assert record['messages'] == dropped
-    assert note.content == DROPPED_NOTE  # the same text whatever was dropped: the cached prefix holds
+    # The same text whatever was dropped (the ref names the span of dropped steps, and comes from
+    # the first step dropped, where drops always start): the cached prefix holds.
+    assert without_ref(note.content) == DROPPED_NOTE
+    assert note.content.endswith(f"read_context('{record['ref']}')]")
     assert record['tokens'] > 0
     assert view[1:] == log[1 + dropped :]
     assert all(a is b for a, b in zip(view[1:], log[1 + dropped :], strict=True))
@@ -348,3 +352,52 @@ def test_the_older_steps_of_the_recency_window_go_before_failing() -> None:
     assert view[0].parts[0] == log[0].parts[0]
     assert view[-1] == log[-1]
     assert not any('Thinking aloud' in str(getattr(p, 'content', '')) for m in view for p in m.parts)
+
+
+def test_the_drop_note_keeps_its_text_as_more_steps_are_dropped_and_reads_them_all_back() -> None:
+    from pydantic_ai_context import CompileContext, ContextBudget
+    from pydantic_ai_context.archive import ContextArchive
+    from pydantic_ai_context.readback import read_context
+
+    h = History().user('fix it', system='sys')
+    for i in range(12):
+        h.step(Tool('cat', {'path': f'src/m{i}.py'}, f'UNIQUE-{i} ' + long_text(60)))
+    log = h.build()
+    archive = ContextArchive()
+    notes: list[str] = []
+    views: list[list[ModelMessage]] = []
+    for end in (len(log) - 6, len(log)):  # a longer log: more steps dropped
+        context = CompileContext(
+            counter=HeuristicCounter(),
+            budget=ContextBudget(context_window=6_000, reserved_output=500),
+            originals=archive.sink(log[:end], results=True),
+        )
+        view = fit_to_budget().apply(list(log[:end]), context)
+        views.append(view)
+        notes += [
+            str(p.content)
+            for m in view
+            for p in m.parts
+            if isinstance(p, UserPromptPart) and DROPPED_NOTE in str(p.content)
+        ]
+    assert len(notes) == 2, 'both compiles dropped steps'
+    assert notes[0] == notes[1], 'the note changed: the cached prefix holding it breaks'
+    ref = notes[1].rsplit("'", 2)[1]
+    pages, offset = [], 0
+    while True:  # page through: a page holds at most PAGE_CHARS characters
+        pages.append(read_context(ref, views[1], archive, offset=offset, limit=100_000))
+        header = pages[-1].split('\n', 1)[0]
+        if 'next page' not in header:
+            break
+        offset = int(header.rsplit('offset=', 1)[1].rstrip(')]'))
+    page = '\n'.join(pages)
+    assert 'span of 0 messages' not in pages[0]
+    first, second = (drop_record(v[1]) or drop_record(v[0]) for v in views)
+    assert first is not None
+    assert second is not None
+    assert second['messages'] > first['messages']  # more was dropped, under the same ref
+    assert second['ref'] == first['ref'] == ref
+    dropped = [i for i in range(12) if f'UNIQUE-{i} ' not in str(views[1])]
+    assert dropped
+    missing = [i for i in dropped if f'UNIQUE-{i} ' not in page]
+    assert not missing, (missing, page[:3000])

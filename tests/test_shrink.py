@@ -120,7 +120,8 @@ async def test_a_drop_after_a_summary_in_the_task_framing_keeps_the_summary_mark
 
     def wordy(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return ModelResponse(
-            parts=[TextPart('Files touched: ' + ', '.join(f'src/pkg/m_{i}.py' for i in range(330)))]
+            # Big enough that the summary, merged into the task framing, leaves fit_to_budget work to do.
+            parts=[TextPart('Files touched: ' + ', '.join(f'src/pkg/m_{i}.py' for i in range(360)))]
         )
 
     h = History().user('Fix everything.')

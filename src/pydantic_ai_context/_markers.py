@@ -38,8 +38,10 @@ class OriginalsSink(Protocol):
         """The original tool result `part`, named by its `tool_call_id`."""
         ...
 
-    def keep_span(self, ref: str, items: Sequence[ModelMessage | str]) -> None:
-        """The messages a span marker stands for, in order; a `str` item is the ref of an earlier span."""
+    def keep_span(self, ref: str, items: Sequence[ModelMessage | str], *, replace: bool = False) -> None:
+        """The messages a span marker stands for, in order; a `str` item is the ref of an earlier span.
+
+        A span is kept once per ref, unless `replace` (a span that grows under a stable ref)."""
         ...
 
 
@@ -95,9 +97,11 @@ def mark_result(
     return dataclasses.replace(part, content=content, metadata=metadata)
 
 
-def keep_span(originals: OriginalsSink | None, ref: str, items: Sequence[ModelMessage | str]) -> None:
+def keep_span(
+    originals: OriginalsSink | None, ref: str, items: Sequence[ModelMessage | str], *, replace: bool = False
+) -> None:
     if originals is not None:
-        originals.keep_span(ref, items)
+        originals.keep_span(ref, items, replace=replace)
 
 
 def conversation_key(messages: Sequence[ModelMessage]) -> str:

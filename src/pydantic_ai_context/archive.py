@@ -99,8 +99,10 @@ class _Sink:
         if self.results:
             self.archive.keep_result(ref, part, conversation=self.conversation)
 
-    def keep_span(self, ref: str, items: Sequence[ModelMessage | str]) -> None:
-        self.archive.keep_span(ref, items, results=self.results, conversation=self.conversation)
+    def keep_span(self, ref: str, items: Sequence[ModelMessage | str], *, replace: bool = False) -> None:
+        self.archive.keep_span(
+            ref, items, results=self.results, conversation=self.conversation, replace=replace
+        )
 
 
 class ContextArchive:
@@ -144,9 +146,17 @@ class ContextArchive:
         self._put(key, json.dumps(value, ensure_ascii=False))
 
     def keep_span(
-        self, ref: str, items: Sequence[ModelMessage | str], *, results: bool = True, conversation: str = ''
+        self,
+        ref: str,
+        items: Sequence[ModelMessage | str],
+        *,
+        results: bool = True,
+        conversation: str = '',
+        replace: bool = False,
     ) -> None:
-        """Keep the messages span `ref` stands for (once per ref); a `str` item is an earlier span's ref.
+        """Keep the messages span `ref` stands for (once per ref, unless `replace`: a span that grows
+        under a stable ref, such as the list of steps `fit_to_budget` dropped); a `str` item is an
+        earlier span's ref.
 
         With `results`, the span's own (not yet shortened) tool results are kept by `tool_call_id`
         too: dropping the span takes them out of the history.
@@ -156,7 +166,7 @@ class ContextArchive:
         while len(self._spans) > 10_000:
             self._spans.popitem(last=False)
         key = f'{_SPAN_KEY}{conversation}/{ref}'
-        if key in self._written:
+        if key in self._written and not replace:
             return
         encoded: list[Any] = []
         for item in items:

@@ -110,8 +110,10 @@ def _resolve(ref: str, log: Sequence[ModelMessage], archive: ContextArchive | No
         return _Original(f'{found[0] or "tool"} result', found[1])
     items = archive.span(ref, conversation=conversation_key(log)) if archive is not None else None
     if items is not None:
-        lines = [line for _, chunk in _render_span(items, log, archive, depth=0) for line in chunk]
-        n = sum(1 for item in items if not isinstance(item, str))
+        rendered = list(_render_span(items, log, archive, depth=0))
+        lines = [line for _, chunk in rendered for line in chunk]
+        # Nested spans (a drop note lists the steps it dropped) count their own messages.
+        n = sum(1 for message, _ in rendered if message is not None)
         return _Original(f'span of {n} message{"s" if n != 1 else ""}', '\n'.join(lines))
     if part is not None:
         raise ModelRetry(f'the original of {ref!r} is no longer available; its marker is all that is left.')

@@ -849,7 +849,7 @@ def extractive_summary_model(*, max_chars: int = 2_400) -> FunctionModel:
         from pydantic_ai_context.replay import extractive_summary_model
 
         agent = Agent(extractive_summary_model())
-        out = agent.run_sync('<transcript>user: fix src/app.py\nValueError: boom</transcript>').output
+        out = agent.run_sync('<transcript>user: fix src/app.py\\nValueError: boom</transcript>').output
         assert 'src/app.py' in out and 'ValueError: boom' in out
         assert out.startswith('Task and constraints:')
         ```

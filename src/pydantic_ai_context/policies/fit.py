@@ -165,8 +165,8 @@ class FitToBudget(SyncPolicy):
             dropped.add(unit)
             freed += sizes[unit]
         view = plan.build(dropped, sizes)
-        if plan.span is not None:
-            _markers.keep_span(context.originals, *plan.span)
+        for ref, items, replace in plan.spans:
+            _markers.keep_span(context.originals, ref, items, replace=replace)
         final = counter.count_messages(view)
         degraded = False
         extra = 0
@@ -313,8 +313,9 @@ class _Plan:
     """Indices into `units`, in the order they may be dropped; units not listed are never dropped."""
     protected: int
     """How many units at the end form the recency window."""
-    span: tuple[str, list[ModelMessage | str]] | None = None
-    """The ref and items of what the latest `build` dropped (an earlier note's span first)."""
+    spans: list[tuple[str, list[ModelMessage | str], bool]] = field(default_factory=list)
+    """What the latest `build` dropped, to keep for read-back: (ref, items, replace) of each dropped
+    step, then the note's own span, which lists the steps' refs and is rewritten as it grows."""
 
     @classmethod
     def of(cls, messages: Sequence[ModelMessage], *, keep_last_steps: int) -> _Plan:
@@ -355,10 +356,8 @@ class _Plan:
             if isinstance(m, ModelRequest) and _parts.tool_results(m)
         )
         assert note_at is not None
-        items: list[ModelMessage | str] = [
-            m for u in sorted(dropped) for m in self.messages[self.units[u][0] : self.units[u][1]]
-        ]
-        view, self.span = _with_note(out, note_at, n, tokens, observations, items)
+        steps = [list(self.messages[self.units[u][0] : self.units[u][1]]) for u in sorted(dropped)]
+        view, self.spans = _with_note(out, note_at, n, tokens, observations, steps)
         return view
 
     def explain_degraded(self, view: list[ModelMessage], counter: TokenCounter, limit: int) -> str:
@@ -443,14 +442,22 @@ def _with_note(
     messages: int,
     tokens: int,
     observations: int,
-    items: list[ModelMessage | str],
-) -> tuple[list[ModelMessage], tuple[str, list[ModelMessage | str]]]:
+    steps: list[list[ModelMessage]],
+) -> tuple[list[ModelMessage], list[tuple[str, list[ModelMessage | str], bool]]]:
     """`view` with the note on what was dropped in the request at `at` (merging an earlier note),
-    and the ref and items of the span the note stands for (`items`, after the earlier note's span).
+    and the spans to keep for read-back.
 
     The note records how many observations (tool-result requests) went with the dropped steps:
     the compaction frontier still counts them, so a view of this view compacts the same messages.
+
+    Each dropped step is a span of its own (kept once); the note names a span listing them, whose
+    ref comes from the first step dropped after the head. Drops start there every time, so the
+    ref, and with it the note's text, stays the same as more steps are dropped: the request
+    holding the note stays in the provider's prompt cache.
     """
+    step_refs = [_markers.span_ref(step) for step in steps]
+    earlier_ref: str | None = None
+    earlier_steps: list[str] = []
     for i, message in enumerate(view):
         found = drop_record(message)
         if found is not None:
@@ -458,12 +465,13 @@ def _with_note(
             messages += int(found.get('messages', 0))
             tokens += int(found.get('tokens', 0))
             observations += int(found.get('observations', 0))
-            earlier = found.get('ref')
-            if isinstance(earlier, str):
-                items = [earlier, *items]
+            if isinstance(found.get('ref'), str):
+                earlier_ref = found['ref']
+                earlier_steps = [r for r in found.get('steps', []) if isinstance(r, str)]
             view[i] = _without_note(message, found)
+    all_steps = list(dict.fromkeys([*earlier_steps, *step_refs]))
+    ref = earlier_ref or (f'd{step_refs[0][1:]}' if step_refs else _markers.span_ref([]))
     target = view[at]
-    ref = _markers.span_ref(items)
     note = _markers.with_ref(DROPPED_NOTE, ref)
     record = {
         'kind': MARKER_KIND,
@@ -472,6 +480,7 @@ def _with_note(
         'observations': observations,
         'note': note,
         'ref': ref,
+        'steps': all_steps,
     }
     if isinstance(target, ModelRequest):
         # A fixed timestamp: the view must be the same, byte for byte, every time it is compiled.
@@ -495,7 +504,12 @@ def _with_note(
             run_id=getattr(target, 'run_id', None),
         )
         view.insert(at + 1, request)
-    return view, (ref, items)
+    spans: list[tuple[str, list[ModelMessage | str], bool]] = [
+        (step_ref, list[ModelMessage | str](step), False)
+        for step_ref, step in zip(step_refs, steps, strict=True)
+    ]
+    spans.append((ref, list[ModelMessage | str](all_steps), True))
+    return view, spans
 
 
 def drop_record(message: ModelMessage) -> dict[str, Any] | None:

@@ -418,7 +418,7 @@ def clip_arguments(message: ModelResponse, *, max_chars: int, counter: TokenCoun
         from pydantic_ai_context import HeuristicCounter
         from pydantic_ai_context.policies.trim import clip_arguments
 
-        call = ToolCallPart('write_file', {'path': 'a.py', 'content': 'x = 1\n' * 500}, tool_call_id='c1')
+        call = ToolCallPart('write_file', {'path': 'a.py', 'content': 'x = 1\\n' * 500}, tool_call_id='c1')
         clipped = clip_arguments(ModelResponse(parts=[call]), max_chars=80, counter=HeuristicCounter())
         assert clipped.parts[0].args['path'] == 'a.py'
         assert len(clipped.parts[0].args['content']) < 200

@@ -25,6 +25,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
 
 from . import _tracing
+from ._memo import MemoScope, compiling, suspended
 from .budget import ContextBudget
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
 from .settings import default_profile_name, environment_overrides
@@ -96,6 +97,8 @@ class ContextProfile(AbstractCapability[Any]):
     # The latest view and its run id: what that request was sent, to anchor the next gauge on the
     # provider's usage (see `tokens.measure_context`).
     _last_sent: tuple[str | None, list[ModelMessage]] | None = field(default=None, init=False, compare=False)
+    # The incremental state of the chain (see `_memo.MemoScope`): released with the profile.
+    _scope: MemoScope = field(default_factory=MemoScope, init=False, compare=False)
 
     def __repr__(self) -> str:
         chain = ' -> '.join(['normalize', *(step_name(s) for s in self.steps)])
@@ -158,24 +161,28 @@ class ContextProfile(AbstractCapability[Any]):
             self.events.append(event)
             await self._dispatch(event)
 
-        view = await compile_view(
-            messages, self.steps, context, on_event=on_event, count_tokens=bool(self.event_handlers)
-        )
-        self._last_compile_id = compile_id
-        counter = context.counter
-        _tracing.record_compaction(
-            _tracing.tracer_for(ctx),
-            start_time=start_time,
-            profile=self.name,
-            events=happened,
-            messages_before=len(messages),
-            messages_after=len(view),
-            count_tokens=lambda: (counter.count_messages(messages), counter.count_messages(view)),
-            run_id=run_id,
-            compile_id=compile_id,
-        )
-        assert context.budget is not None
-        usage = self._measure(view, messages, context.budget, counter, run_id=run_id, compile_id=compile_id)
+        with compiling(self._scope, messages) as generation:
+            view = await compile_view(
+                messages, self.steps, context, on_event=on_event, count_tokens=bool(self.event_handlers)
+            )
+            self._last_compile_id = compile_id
+            counter = context.counter
+            _tracing.record_compaction(
+                _tracing.tracer_for(ctx),
+                start_time=start_time,
+                profile=self.name,
+                events=happened,
+                messages_before=len(messages),
+                messages_after=len(view),
+                count_tokens=lambda: (counter.count_messages(messages), counter.count_messages(view)),
+                run_id=run_id,
+                compile_id=compile_id,
+            )
+            assert context.budget is not None
+            usage = self._measure(
+                view, messages, context.budget, counter, run_id=run_id, compile_id=compile_id
+            )
+            self._scope.seal(generation, view)
         self.last_usage = usage
         self._last_sent = (run_id, view)
         await self._dispatch(usage)
@@ -217,9 +224,11 @@ class ContextProfile(AbstractCapability[Any]):
 
     async def _dispatch(self, event: ContextEvent) -> None:
         for handler in self.event_handlers:
-            result = handler(event)
-            if inspect.isawaitable(result):
-                await result
+            # The handler is the application's code: the profile's incremental state is not for it.
+            with suspended():
+                result = handler(event)
+                if inspect.isawaitable(result):
+                    await result
 
     @property
     def last_compile_events(self) -> list[CompactionEvent]:

@@ -10,12 +10,12 @@ from typing import Any, Final
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolReturnPart
 
 from pydantic_ai_context import _facts, _parts
+from pydantic_ai_context._memo import ObjectMemo, remembered_copy
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
 from ._frontier import (
     Frontier,
-    IdentityMemo,
     counter_key,
     frontier_from,
     nominal_part_tokens,
@@ -91,7 +91,7 @@ class MaskObservations(SyncPolicy):
     """Error lines listed in a digest."""
     skip_seen_facts: bool = True
     """Leave out of a digest the paths and error lines the view already shows in an earlier message."""
-    _memo: IdentityMemo[Any] = field(default_factory=IdentityMemo[Any], init=False, repr=False, compare=False)
+    _memo: ObjectMemo[Any] = field(default_factory=ObjectMemo[Any], init=False, repr=False, compare=False)
     _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
     def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
@@ -124,16 +124,10 @@ class MaskObservations(SyncPolicy):
                 previous = messages[i - 1] if i > 0 else None
                 results = _parts.tool_results(message)
                 kept = frozenset(p.tool_call_id for p in results if p.tool_call_id in failures)
-                shown = frozenset().union(
-                    *(_facts.facts_in_text(_parts.part_text(p)) & seen for p in results)
-                )
-                key = (kept, shown, id(previous), counter_key(context.counter))
-                found = self._memo.get(message, key)
-                if found is None or found[0] is not previous:
-                    new_message = self._mask_request(message, previous, kept, shown, context)
-                    found = self._memo.put(message, (previous, new_message), key)
-                if found[1] is not message:
-                    out[i] = found[1]
+                shown = frozenset().union(*(_facts.facts_in_part(p) & seen for p in results))
+                new_message = self._masked(message, previous, kept, shown, context)
+                if new_message is not message:
+                    out[i] = new_message
                     masked += 1
             if self.skip_seen_facts:
                 seen |= self._visible_facts(out[i])
@@ -142,6 +136,30 @@ class MaskObservations(SyncPolicy):
                 f'{masked} tool results before message {frontier} masked', masked=masked, frontier=frontier
             )
         return out
+
+    def _masked(
+        self,
+        message: ModelRequest,
+        previous: ModelMessage | None,
+        kept: frozenset[str],
+        shown: frozenset[str],
+        context: CompileContext,
+    ) -> ModelRequest:
+        """`message` with its results masked, remembered per message (the masked copy then keeps the
+        counter's memo warm). Neither the message nor the response before it is held strongly."""
+        return remembered_copy(  # type: ignore[no-any-return]
+            self._memo,
+            message,
+            (kept, shown, counter_key(context.counter)),
+            self._mask_request,
+            message,
+            previous,
+            kept,
+            shown,
+            context,
+            depends_on=previous,
+            size=_masked_size,
+        )
 
     def _mask_request(
         self,
@@ -182,8 +200,8 @@ class MaskObservations(SyncPolicy):
                 if record is not None and record.get('kind') == MASKED and isinstance(content, str):
                     keys |= _facts.facts_in_digest(content)
                 else:
-                    keys |= _facts.facts_in_text(_parts.part_text(part))
-            found = self._memo.put(message, frozenset(keys), 'facts')
+                    keys |= _facts.facts_in_part(part)
+            found = self._memo.put(message, frozenset(keys), 'facts', size=sum(map(len, keys)))
         return found  # type: ignore[no-any-return]
 
     def _mask(
@@ -212,6 +230,11 @@ class MaskObservations(SyncPolicy):
         new_record |= {'lines': lines, 'chars': chars}
         metadata = _parts.with_marker(part.metadata, new_record)
         return dataclasses.replace(part, content=line, metadata=metadata)
+
+
+def _masked_size(message: ModelMessage) -> int:
+    """What a masked copy holds beyond the original: its digests."""
+    return sum(len(_parts.part_text(p)) for p in message.parts if _parts.marker(p))
 
 
 def mask_observations(

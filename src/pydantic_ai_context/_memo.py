@@ -1,0 +1,565 @@
+"""Caches that stay right when a message is edited in place, and never keep a conversation alive.
+
+pydantic-ai edits the newest request of a run in place (`request.parts = [*request.parts, delta]`,
+`request.instructions = ...`, run ids, metadata), pydantic-ai 1.x re-renders the dynamic system
+prompts of old requests the same way, and an application may redact a message by reassigning its
+parts. So no cache here trusts an object's identity alone:
+
+- `ObjectMemo` remembers values computed from one message or part. It holds the object weakly (the
+  entry goes when the object is freed) and keeps a *stamp* of what can be reassigned on it: a
+  message's parts one by one, its instructions, metadata, run id, conversation id and timestamp; a
+  part's content, arguments, metadata, tool name and outcome. An object whose stamp changed misses.
+  Each memo is bounded by bytes (`DEFAULT_MEMO_BYTES` unless given).
+- `MemoScope` holds the incremental state of one owner (a profile, or a policy called on its own):
+  each policy's previous input and output, folds over message prefixes, per-step results. That state
+  is reused by object identity, which is cheap; the scope makes it exact by checking once, at the
+  start of every compile, that the messages it saw last time still hold the same `parts` lists, and
+  that those no response had answered yet (the ones pydantic-ai fills in) also kept their other
+  fields. If anything changed it starts a new *generation*, and state of an older generation is never
+  used again. A scope keeps references to the messages of the last `lineages` conversations it
+  compiled (no copies) and is released with its owner.
+
+While a profile compiles, its scope is *active* (a context variable, so concurrent tasks each see
+their own); functions deep in the package (`normalize`, token counting) use the active scope's state
+and, outside any compile, compute from scratch with object memos only.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import operator
+import threading
+import weakref
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, TypeVar
+
+from pydantic_ai.messages import ModelResponse
+
+from ._prefix import PrefixMemo, begins_with
+
+__all__ = (
+    'DEFAULT_MEMO_BYTES',
+    'PART_FIELDS',
+    'MemoScope',
+    'ObjectMemo',
+    'active_generation',
+    'compiling',
+    'message_stamp',
+    'part_stamp',
+    'parts_and_metadata_stamp',
+    'parts_stamp',
+    'remembered_copy',
+    'scope_cache',
+    'scope_prefix_memo',
+)
+
+V = TypeVar('V')
+
+DEFAULT_MEMO_BYTES: Final = 64 * 1024 * 1024
+"""The most an `ObjectMemo` holds, in bytes of what it computed plus a fixed cost per entry."""
+
+ENTRY_BYTES: Final = 320
+"""What one remembered object costs a memo besides its values: the slot, its weak reference, the stamp."""
+
+VALUE_BYTES: Final = 96
+"""What one remembered value costs besides the `size` its caller states (e.g. a string's length)."""
+
+_PARTS: Final = operator.attrgetter('parts')
+_MISSING: Final = object()
+
+
+def message_stamp(message: Any) -> tuple[Any, ...]:
+    """What of a message pydantic-ai (or an application) can change in place: each of its parts (so a
+    list reassigned or edited in place is noticed), its instructions, metadata, run id, conversation
+    id and timestamp. Compared with `==`, which is identity for the same objects."""
+    return (
+        *message.parts,
+        getattr(message, 'instructions', None),
+        message.metadata,
+        message.run_id,
+        message.conversation_id,
+        message.timestamp,
+    )
+
+
+def parts_stamp(message: Any) -> tuple[Any, ...]:
+    """A message's parts, each one: for what is computed from the parts alone."""
+    return tuple(message.parts)
+
+
+def parts_and_metadata_stamp(message: Any) -> tuple[Any, ...]:
+    """A message's parts and its metadata: for what reads markers and pins too."""
+    return (*message.parts, message.metadata)
+
+
+PART_FIELDS: Final = ('content', 'args', 'metadata', 'tool_name', 'outcome')
+"""What of a part a memo reads: content, arguments, metadata, tool name and outcome."""
+
+_PART_GETTERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def part_stamp(part: Any) -> tuple[Any, ...]:
+    """The `PART_FIELDS` a part has, in one C-level call (parts are many, and leaves)."""
+    getter = _PART_GETTERS.get(type(part))
+    if getter is None:
+        fields = getattr(type(part), '__dataclass_fields__', None) or {}
+        present = [n for n in PART_FIELDS if n in fields]
+        if not present:
+            getter = _nothing_stamp
+        elif len(present) == 1:
+            getter = operator.attrgetter(present[0], present[0])  # a tuple, like the others
+        else:
+            getter = operator.attrgetter(*present)
+        _PART_GETTERS[type(part)] = getter
+    return getter(part)
+
+
+def _nothing_stamp(obj: Any) -> tuple[Any, ...]:
+    return ()
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    # Identity of each field first (the common case, in C); an equal replacement is as good.
+    try:
+        return a == b
+    except RecursionError:  # equal-but-not-identical values nested too deep to compare: a miss
+        return False
+
+
+def _forget(memo_ref: weakref.ref[ObjectMemo[Any]], key: int, ref: weakref.ref[Any]) -> None:
+    """Called when a remembered object is freed: drop its entry (if the memo itself still exists)."""
+    memo = memo_ref()
+    if memo is not None:
+        memo._forget(key, ref)
+
+
+@dataclass(eq=False, slots=True)
+class _Slot:
+    ref: weakref.ref[Any]
+    getter: Callable[[Any], tuple[Any, ...]]
+    stamp: tuple[Any, ...]
+    values: dict[Hashable, tuple[Any, int]] = field(default_factory=dict)
+    size: int = ENTRY_BYTES
+    checked: int = 0
+    """The compile (`_Active.compile`) during which the stamp was last found unchanged."""
+
+
+class ObjectMemo(Generic[V]):
+    """Values computed from an object (a message or a part), for as long as the object lives unchanged.
+
+    The object is held weakly: its entry is dropped when it is freed, so a memo never keeps a
+    conversation in memory. A value is returned only while the object's `stamp` (`message_stamp` by
+    default, `part_stamp` for parts) is what it was when the value was stored (the same objects, or
+    equal ones); within one compile it is compared once. The memo holds at most `max_bytes`
+    (`ENTRY_BYTES` per object, plus `VALUE_BYTES` and the stated `size` per value) and, if given,
+    `max_entries` objects; the oldest entries go first.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ToolReturnPart, UserPromptPart
+
+        from pydantic_ai_context._memo import ObjectMemo
+
+        memo: ObjectMemo[int] = ObjectMemo()
+        message = ModelRequest(parts=[UserPromptPart('hi')])
+        memo.put(message, 1)
+        assert memo.get(message) == 1
+        message.parts = [*message.parts, ToolReturnPart('ls', 'x', tool_call_id='c1')]
+        assert memo.get(message) is None  # edited in place: a miss
+        del message
+        assert len(memo) == 0  # freed: forgotten
+        ```
+    """
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int = DEFAULT_MEMO_BYTES,
+        max_entries: int | None = None,
+        stamp: Callable[[Any], tuple[Any, ...]] = message_stamp,
+    ) -> None:
+        if max_bytes < 0 or (max_entries is not None and max_entries < 0):
+            raise ValueError('max_bytes and max_entries must be >= 0')
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self._stamp = stamp
+        self._items: collections.OrderedDict[int, _Slot] = collections.OrderedDict()
+        self._bytes = 0
+        # Sizes of entries dropped by a weakref callback, subtracted under the lock at the next put:
+        # a callback may run in the middle of a put (when freeing an object frees another), so it
+        # must neither take the lock nor update the total itself.
+        self._freed: list[int] = []
+        self._lock = threading.Lock()
+        self._self_ref = weakref.ref(self)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def bytes(self) -> int:
+        """What the memo holds now, in the units of `max_bytes`."""
+        return self._bytes - sum(self._freed)
+
+    def get(self, obj: Any, key: Hashable = None, default: Any = None) -> V | Any:
+        """The value stored for `obj` under `key`, or `default` if `obj` changed since, or has none."""
+        # Asked of every message of a view, often many times in one compile: within a compile the
+        # stamp is compared once (nothing edits a message while it compiles).
+        slot = self._items.get(id(obj))
+        if slot is None or slot.ref() is not obj:
+            return default
+        active = _ACTIVE.get()
+        if active is None or slot.checked != active.compile:
+            if not _same(slot.getter(obj), slot.stamp):
+                return default
+            if active is not None:
+                slot.checked = active.compile
+        found = slot.values.get(key, _MISSING)
+        return default if found is _MISSING else found[0]  # type: ignore[index]
+
+    def put(self, obj: Any, value: V, key: Hashable = None, *, size: int = 0) -> V:
+        """Remember `value` for `obj` (as it is now) under `key`; `size` is what the value holds, in bytes."""
+        if self.max_bytes == 0 or self.max_entries == 0:
+            return value
+        getter = self._stamp
+        stamp = getter(obj)
+        k = id(obj)
+        cost = VALUE_BYTES + max(size, 0)
+        with self._lock:
+            self._drain()
+            slot = self._items.get(k)
+            stale: list[_Slot] = []
+            if slot is None or slot.ref() is not obj or not _same(slot.stamp, stamp):
+                try:
+                    # `partial` and `ref` are C: a put stays cheap. The callback holds the memo weakly.
+                    ref = weakref.ref(obj, functools.partial(_forget, self._self_ref, k))
+                except TypeError:  # an object that cannot be referenced weakly is not remembered
+                    return value
+                if slot is not None:
+                    stale.append(self._items.pop(k))
+                    self._bytes -= slot.size
+                active = _ACTIVE.get()
+                slot = _Slot(ref, getter, stamp, checked=active.compile if active is not None else 0)
+                self._items[k] = slot
+                self._bytes += slot.size
+            previous = slot.values.get(key)
+            if previous is not None:
+                slot.size -= VALUE_BYTES + previous[1]
+                self._bytes -= VALUE_BYTES + previous[1]
+            slot.values[key] = (value, max(size, 0))
+            slot.size += cost
+            self._bytes += cost
+            self._items.move_to_end(k)
+            while len(self._items) > 1 and (
+                self._bytes > self.max_bytes
+                or (self.max_entries is not None and len(self._items) > self.max_entries)
+            ):
+                _, oldest = self._items.popitem(last=False)
+                self._bytes -= oldest.size
+                stale.append(oldest)
+        # Dropped entries are freed here, outside the lock: freeing a value may free an object
+        # another memo (or this one) remembers, whose callback then runs.
+        del stale
+        return value
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            items, self._items = self._items, collections.OrderedDict()
+            self._bytes = 0
+            self._freed.clear()
+        del items
+
+    def _forget(self, key: int, ref: weakref.ref[Any]) -> None:
+        slot = self._items.get(key)
+        if slot is not None and slot.ref is ref:
+            try:
+                del self._items[key]
+            except KeyError:  # pragma: no cover - removed by another thread meanwhile
+                return
+            self._freed.append(slot.size)
+
+    def _drain(self) -> None:
+        while self._freed:
+            self._bytes -= self._freed.pop()
+
+
+def _nothing() -> None:
+    return None
+
+
+def remembered_copy(
+    memo: ObjectMemo[Any],
+    message: Any,
+    key: Hashable,
+    build: Callable[..., Any],
+    *args: Any,
+    depends_on: Any = None,
+    size: Callable[[Any], int] | None = None,
+) -> Any:
+    """What `build(*args)` makes of `message` (itself, or a changed copy), remembered in `memo` under `key`.
+
+    The memo holds neither `message` nor `depends_on` (another message the result was built from,
+    checked by identity) strongly. A remembered copy is returned only while its own stamp is the
+    one it was built with: a copy can be the request pydantic-ai fills in before sending it.
+    `size` tells the memo what a new copy holds, in bytes.
+    """
+    found = memo.get(message, key)
+    if found is not None and found[0]() is depends_on:
+        held = found[1]
+        if held is None:
+            return message
+        copy, copy_stamp = held
+        if _same(message_stamp(copy), copy_stamp):
+            return copy
+    result = build(*args)
+    dependency = weakref.ref(depends_on) if depends_on is not None else _nothing
+    if result is message:
+        memo.put(message, (dependency, None), key)
+    else:
+        held = (result, message_stamp(result))
+        memo.put(message, (dependency, held), key, size=size(result) if size is not None else 0)
+    return result
+
+
+# --- scopes ------------------------------------------------------------------------------------
+
+_GENERATIONS: Final = itertools.count(1)
+
+
+def _open_stamps(messages: Sequence[Any]) -> tuple[tuple[int, tuple[object, ...]], ...]:
+    """(index, stamp) of the messages after the last response: those pydantic-ai may still fill in."""
+    out: list[tuple[int, tuple[object, ...]]] = []
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], ModelResponse):
+            break
+        out.append((i, message_stamp(messages[i])))
+    return tuple(out)
+
+
+@dataclass(eq=False)
+class _Snapshot:
+    """Messages as a scope saw them: the objects, their parts lists, and the stamps of the open tail."""
+
+    messages: tuple[Any, ...]
+    parts: tuple[Any, ...] | None
+    lengths: tuple[int, ...] | None
+    open: tuple[tuple[int, tuple[object, ...]], ...]
+
+    @classmethod
+    def of(
+        cls, messages: Sequence[Any], *, with_parts: bool, extending: _Snapshot | None = None
+    ) -> _Snapshot:
+        snapshot = tuple(messages)
+        parts: tuple[Any, ...] | None = None
+        lengths: tuple[int, ...] | None = None
+        if with_parts:
+            if extending is not None and extending.parts is not None and extending.lengths is not None:
+                # The extended snapshot was just checked: only the new messages are read.
+                new = tuple(map(_PARTS, snapshot[len(extending.messages) :]))
+                parts = extending.parts + new
+                lengths = extending.lengths + tuple(map(len, new))
+            else:
+                parts = tuple(map(_PARTS, snapshot))
+                lengths = tuple(map(len, parts))
+        return cls(snapshot, parts, lengths, _open_stamps(snapshot))
+
+    def continued_by(self, messages: Sequence[Any]) -> bool:
+        """`messages` begins with these very messages (identity)."""
+        return bool(self.messages) and begins_with(messages, self.messages)
+
+    def unchanged(self) -> bool:
+        """Every message still holds the parts list it had, as long as it was (a list edited in place
+        mostly changes length), and the open tail kept its parts and other fields too."""
+        if self.parts is None or self.lengths is None:
+            return False
+        return (
+            all(map(operator.is_, self.parts, map(_PARTS, self.messages)))
+            and all(map(operator.eq, self.lengths, map(len, self.parts)))
+            and all(_same(fields, message_stamp(self.messages[i])) for i, fields in self.open)
+        )
+
+
+@dataclass(eq=False)
+class _Lineage:
+    """One conversation a scope compiles: its last log and view, and the generation their state belongs to."""
+
+    generation: int
+    log: _Snapshot
+    view: _Snapshot | None = None
+    destructive: bool = False
+    """The log continued the previous *view* (pydantic-ai 1.x `history_processors`, `ProcessHistory`):
+    views are then snapshotted with their parts lists too."""
+
+
+class MemoScope:
+    """The incremental state of one owner (a profile, or a policy called on its own); see the module docstring.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+        from pydantic_ai_context._memo import MemoScope, active_generation, compiling
+
+        scope = MemoScope()
+        log = [ModelRequest(parts=[UserPromptPart('hi')]), ModelResponse(parts=[TextPart('hello')])]
+        with compiling(scope, log):
+            first = active_generation()
+        log[0].parts = [UserPromptPart('[redacted]')]  # edited in place
+        with compiling(scope, log):
+            assert active_generation() != first  # older state is never used again
+        assert active_generation() is None  # no compile runs here
+        ```
+    """
+
+    def __init__(self, *, lineages: int = 4) -> None:
+        if lineages < 1:
+            raise ValueError(f'lineages must be >= 1, got {lineages}')
+        self.lineages = lineages
+        """Conversations whose state is kept at once (a profile shared by several of them)."""
+        self._lineages: list[_Lineage] = []
+        self._prefixes: dict[Hashable, PrefixMemo[Any]] = {}
+        self._caches: dict[tuple[Hashable, int], dict[Any, Any]] = {}
+        self._lock = threading.Lock()
+
+    def begin(self, log: Sequence[Any]) -> int:
+        """The generation of the conversation `log` continues, after checking nothing in it changed in place."""
+        with self._lock:
+            for lineage in reversed(self._lineages):
+                for snapshot, via_view in ((lineage.log, False), (lineage.view, True)):
+                    if snapshot is None or not snapshot.continued_by(log):
+                        continue
+                    if via_view and not lineage.destructive:
+                        lineage.destructive = True
+                    elif snapshot.unchanged():
+                        lineage.log = _Snapshot.of(log, with_parts=True, extending=snapshot)
+                        self._touch(lineage)
+                        return lineage.generation
+                    return self._restart(lineage, log)
+                if lineage.log.messages and log and lineage.log.messages[0] is log[0]:
+                    # The same conversation, edited or cut short: its state is of no use now.
+                    return self._restart(lineage, log)
+            lineage = _Lineage(next(_GENERATIONS), _Snapshot.of(log, with_parts=True))
+            self._lineages.append(lineage)
+            while len(self._lineages) > self.lineages:
+                self._drop_generation(self._lineages.pop(0).generation)
+            return lineage.generation
+
+    def seal(self, generation: int, view: Sequence[Any]) -> None:
+        """Remember the view compiled for `generation`: pydantic-ai fills in its newest request before
+        sending it, and 1.x makes the view the next log."""
+        with self._lock:
+            for lineage in self._lineages:
+                if lineage.generation == generation:
+                    previous = lineage.view
+                    extending = (
+                        previous
+                        if lineage.destructive and previous is not None and previous.continued_by(view)
+                        else None
+                    )
+                    lineage.view = _Snapshot.of(view, with_parts=lineage.destructive, extending=extending)
+                    return
+
+    def prefix_memo(self, name: Hashable, size: int = 16) -> PrefixMemo[Any]:
+        """The prefix memo called `name` (created on first use)."""
+        found = self._prefixes.get(name)
+        if found is None:
+            found = self._prefixes.setdefault(name, PrefixMemo(size=size))
+        return found
+
+    def cache(self, name: Hashable, generation: int) -> dict[Any, Any]:
+        """The dict called `name` for `generation`: dropped with the generation."""
+        key = (name, generation)
+        found = self._caches.get(key)
+        if found is None:
+            found = self._caches.setdefault(key, {})
+        return found
+
+    def clear(self) -> None:
+        """Forget every conversation and all state."""
+        with self._lock:
+            self._lineages.clear()
+            self._prefixes.clear()
+            self._caches.clear()
+
+    def _restart(self, lineage: _Lineage, log: Sequence[Any]) -> int:
+        self._drop_generation(lineage.generation)
+        lineage.generation = next(_GENERATIONS)
+        lineage.log = _Snapshot.of(log, with_parts=True)
+        lineage.view = None
+        self._touch(lineage)
+        return lineage.generation
+
+    def _touch(self, lineage: _Lineage) -> None:
+        self._lineages.remove(lineage)
+        self._lineages.append(lineage)
+
+    def _drop_generation(self, generation: int) -> None:
+        for key in [k for k in self._caches if k[1] == generation]:
+            del self._caches[key]
+        for memo in self._prefixes.values():
+            memo.forget(generation)
+
+
+@dataclass(frozen=True, slots=True)
+class _Active:
+    scope: weakref.ref[MemoScope]
+    """Weakly: a task started during a compile copies the context, and may outlive the scope's owner."""
+    generation: int
+    compile: int
+    """A number no other compile has."""
+
+
+_COMPILES: Final = itertools.count(1)
+
+
+_ACTIVE: ContextVar[_Active | None] = ContextVar('pydantic_ai_context_memo_scope', default=None)
+
+
+@contextmanager
+def compiling(scope: MemoScope, log: Sequence[Any]) -> Iterator[int]:
+    """Make `scope` active for a compile of `log` (in this task); yields the generation."""
+    generation = scope.begin(log)
+    token = _ACTIVE.set(_Active(weakref.ref(scope), generation, next(_COMPILES)))
+    try:
+        yield generation
+    finally:
+        _ACTIVE.reset(token)
+
+
+@contextmanager
+def suspended() -> Iterator[None]:
+    """No scope active inside (for user code called during a compile, e.g. event handlers)."""
+    token = _ACTIVE.set(None)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_generation() -> int | None:
+    """The generation of the compile running in this task, or None outside a compile."""
+    active = _ACTIVE.get()
+    return active.generation if active is not None else None
+
+
+def scope_prefix_memo(name: Hashable) -> tuple[PrefixMemo[Any], int] | None:
+    """The active scope's prefix memo `name` and the current generation, or None outside a compile."""
+    active = _ACTIVE.get()
+    scope = active.scope() if active is not None else None
+    if active is None or scope is None:
+        return None
+    return scope.prefix_memo(name), active.generation
+
+
+def scope_cache(name: Hashable) -> dict[Any, Any] | None:
+    """The active scope's dict `name` for the current generation, or None outside a compile."""
+    active = _ACTIVE.get()
+    scope = active.scope() if active is not None else None
+    if active is None or scope is None:
+        return None
+    return scope.cache(name, active.generation)

@@ -652,11 +652,17 @@ class SummarizeWindow(AsyncPolicy):
         return found
 
     def _key(
-        self, messages: Sequence[ModelMessage], start: int, end: int, previous: str | None, model: Any
+        self,
+        messages: Sequence[ModelMessage],
+        start: int,
+        end: int,
+        previous: str | None,
+        model: Any,
+        digests: Sequence[str] | None = None,
     ) -> str:
-        span = hashlib.sha256(
-            ''.join(self._message_digest(m) for m in messages[start:end]).encode()
-        ).hexdigest()
+        # `digests`: the digests of `messages[:end]` or more, computed once for many keys.
+        chunk = digests[start:end] if digests is not None else map(self._message_digest, messages[start:end])
+        span = hashlib.sha256(''.join(chunk).encode()).hexdigest()
         payload = {
             'version': PROMPT_VERSION,
             'model': _model_name(model),
@@ -709,11 +715,12 @@ class SummarizeWindow(AsyncPolicy):
         start, previous, previous_digest = zones.start, zones.previous, zones.previous_digest
         # Walk the chain of cached incremental summaries as far as it goes, longest link first.
         ends = self._step_ends(messages, zones, end)
+        digests = [self._message_digest(m) for m in messages[:end]]
         advanced = True
         while advanced and start < end:
             advanced = False
             for candidate in reversed([e for e in ends if e > start]):
-                found = self.cache.get(self._key(messages, start, candidate, previous_digest, model))
+                found = self.cache.get(self._key(messages, start, candidate, previous_digest, model, digests))
                 if found:
                     start, previous, previous_digest = candidate, found, _digest_text(found)
                     advanced = True
@@ -722,7 +729,7 @@ class SummarizeWindow(AsyncPolicy):
         if start == end and previous is not None:
             context.note(f'{why}: reused the cached summary of {covered} messages', summary_calls=0)
             return previous, 'summary'
-        key = self._key(messages, start, end, previous_digest, model)
+        key = self._key(messages, start, end, previous_digest, model, digests)
         if self.cache.get(key) == '':
             return self._fallback(
                 previous, messages, start, end, zones, context, why, 'summary was rejected before'

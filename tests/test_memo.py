@@ -38,6 +38,7 @@ from pydantic_ai_context._memo import (
     VALUE_BYTES,
     MemoScope,
     ObjectMemo,
+    TextMemo,
     active_generation,
     compiling,
     part_stamp,
@@ -381,6 +382,16 @@ def test_an_object_memo_misses_an_edited_object_and_forgets_a_freed_one(edit: An
     del message
     gc.collect()
     assert len(memo) == 0
+
+
+def test_a_text_memo_is_bounded_by_characters() -> None:
+    memo: TextMemo[int] = TextMemo(max_chars=10_000)
+    texts = [f'{i:04d}' * 250 for i in range(30)]  # 1,000 characters each
+    for i, text in enumerate(texts):
+        memo.put(text, i)
+        assert memo._chars <= 10_000
+    assert memo.get(texts[-1]) == 29
+    assert memo.get(texts[0]) is None
 
 
 def test_ids_reused_by_new_objects_never_hit() -> None:

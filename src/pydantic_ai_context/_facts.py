@@ -20,7 +20,7 @@ from typing import Any, Final
 from pydantic_ai.messages import RetryPromptPart, ToolCallPart
 
 from . import _parts
-from ._memo import ObjectMemo, part_stamp, scope_cache
+from ._memo import ObjectMemo, part_stamp, scope_text_memo
 
 __all__ = (
     'ERROR_LINE_RE',
@@ -263,25 +263,18 @@ Keyed by the part, never by its text: a memo keyed by text would keep tool outpu
 their conversation is gone. A part is the same object from one compile to the next."""
 
 
-_TEXTS_PER_CONVERSATION: Final = 16_384
-
-
 def remembered_facts(text: str) -> Facts:
     """`extract_facts(text)`, remembered by text for the conversation being compiled.
 
     Equal outputs (a file read twice) are scanned once. The memo belongs to the compiling
-    profile's state for this conversation (`_memo.scope_cache`), which holds the conversation's
-    messages anyway, and goes with it; outside a compile nothing is remembered.
+    profile's state for this conversation (`_memo.scope_text_memo`) and goes with it; outside a
+    compile nothing is remembered.
     """
-    cache = scope_cache('facts.by_text')
-    if cache is None:
+    memo = scope_text_memo('facts')
+    if memo is None:
         return extract_facts(text)
-    found: Facts | None = cache.get(text)
-    if found is None:
-        if len(cache) >= _TEXTS_PER_CONVERSATION:
-            cache.clear()
-        found = cache[text] = extract_facts(text)
-    return found
+    found: Facts | None = memo.get(text)
+    return found if found is not None else memo.put(text, extract_facts(text))
 
 
 def part_facts(result_part: Any) -> Facts:

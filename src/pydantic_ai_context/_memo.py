@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
 from pydantic_ai.messages import ModelResponse
@@ -56,6 +56,7 @@ __all__ = (
     'remembered_copy',
     'scope_cache',
     'scope_prefix_memo',
+    'scope_text_memo',
 )
 
 V = TypeVar('V')
@@ -131,22 +132,63 @@ def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
         return False
 
 
-def _forget(memo_ref: weakref.ref[ObjectMemo[Any]], key: int, ref: weakref.ref[Any]) -> None:
+def _forget(memo_ref: weakref.ref[ObjectMemo[Any]], ref: weakref.ref[Any]) -> None:
     """Called when a remembered object is freed: drop its entry (if the memo itself still exists)."""
     memo = memo_ref()
     if memo is not None:
-        memo._forget(key, ref)
+        memo._forget(ref)
 
 
-@dataclass(eq=False, slots=True)
 class _Slot:
-    ref: weakref.ref[Any]
-    getter: Callable[[Any], tuple[Any, ...]]
-    stamp: tuple[Any, ...]
-    values: dict[Hashable, tuple[Any, int]] = field(default_factory=dict)
-    size: int = ENTRY_BYTES
-    checked: int = 0
-    """The compile (`_Active.compile`) during which the stamp was last found unchanged."""
+    """One remembered object: a weak reference, its stamp, and its values by key.
+
+    The first value lives in the slot itself and only further keys get a dict: a memo holds one
+    slot per message of every conversation in memory, and each object allocated here is one more
+    for the garbage collector to walk.
+    """
+
+    __slots__ = ('checked', 'getter', 'key', 'more', 'ref', 'size', 'stamp', 'value', 'value_size')
+
+    def __init__(
+        self,
+        ref: weakref.ref[Any],
+        getter: Callable[[Any], tuple[Any, ...]],
+        stamp: tuple[Any, ...],
+        checked: int,
+    ) -> None:
+        self.ref = ref
+        self.getter = getter
+        self.stamp = stamp
+        self.checked = checked
+        """The compile (`_Active.compile`) during which the stamp was last found unchanged."""
+        self.key: Hashable = _MISSING
+        self.value: Any = None
+        self.value_size = 0
+        self.more: dict[Hashable, tuple[Any, int]] | None = None
+        self.size = ENTRY_BYTES
+
+    def find(self, key: Hashable) -> Any:
+        if key == self.key:
+            return self.value
+        if self.more is not None:
+            found = self.more.get(key)
+            if found is not None:
+                return found[0]
+        return _MISSING
+
+    def store(self, key: Hashable, value: Any, size: int) -> int:
+        """Keep `value` under `key`; returns the change in bytes."""
+        if self.key is _MISSING or key == self.key:
+            delta = (0 if self.key is _MISSING else -(VALUE_BYTES + self.value_size)) + VALUE_BYTES + size
+            self.key, self.value, self.value_size = key, value, size
+        else:
+            if self.more is None:
+                self.more = {}
+            previous = self.more.get(key)
+            delta = (-(VALUE_BYTES + previous[1]) if previous is not None else 0) + VALUE_BYTES + size
+            self.more[key] = (value, size)
+        self.size += delta
+        return delta
 
 
 class ObjectMemo(Generic[V]):
@@ -195,7 +237,10 @@ class ObjectMemo(Generic[V]):
         # must neither take the lock nor update the total itself.
         self._freed: list[int] = []
         self._lock = threading.Lock()
-        self._self_ref = weakref.ref(self)
+        # One callback for every weak reference of this memo (holding the memo weakly); it finds
+        # the entry by the reference's id.
+        self._keys: dict[int, int] = {}
+        self._callback = functools.partial(_forget, weakref.ref(self))
 
     def __len__(self) -> int:
         return len(self._items)
@@ -212,14 +257,18 @@ class ObjectMemo(Generic[V]):
         slot = self._items.get(id(obj))
         if slot is None or slot.ref() is not obj:
             return default
-        active = _ACTIVE.get()
-        if active is None or slot.checked != active.compile:
-            if not _same(slot.getter(obj), slot.stamp):
+        compile_id = _COMPILE.get()
+        if not compile_id or slot.checked != compile_id:
+            try:
+                if slot.getter(obj) != slot.stamp:
+                    return default
+            except RecursionError:  # equal-but-not-identical values nested too deep to compare
                 return default
-            if active is not None:
-                slot.checked = active.compile
-        found = slot.values.get(key, _MISSING)
-        return default if found is _MISSING else found[0]  # type: ignore[index]
+            slot.checked = compile_id
+        if key == slot.key:
+            return slot.value
+        found = slot.find(key)
+        return default if found is _MISSING else found
 
     def put(self, obj: Any, value: V, key: Hashable = None, *, size: int = 0) -> V:
         """Remember `value` for `obj` (as it is now) under `key`; `size` is what the value holds, in bytes."""
@@ -228,39 +277,33 @@ class ObjectMemo(Generic[V]):
         getter = self._stamp
         stamp = getter(obj)
         k = id(obj)
-        cost = VALUE_BYTES + max(size, 0)
+        stale: list[_Slot] | None = None
         with self._lock:
             self._drain()
             slot = self._items.get(k)
-            stale: list[_Slot] = []
             if slot is None or slot.ref() is not obj or not _same(slot.stamp, stamp):
                 try:
-                    # `partial` and `ref` are C: a put stays cheap. The callback holds the memo weakly.
-                    ref = weakref.ref(obj, functools.partial(_forget, self._self_ref, k))
+                    ref = weakref.ref(obj, self._callback)
                 except TypeError:  # an object that cannot be referenced weakly is not remembered
                     return value
                 if slot is not None:
-                    stale.append(self._items.pop(k))
+                    stale = [self._items.pop(k)]
+                    self._keys.pop(id(slot.ref), None)
                     self._bytes -= slot.size
-                active = _ACTIVE.get()
-                slot = _Slot(ref, getter, stamp, checked=active.compile if active is not None else 0)
+                slot = _Slot(ref, getter, stamp, _COMPILE.get())
                 self._items[k] = slot
+                self._keys[id(ref)] = k
                 self._bytes += slot.size
-            previous = slot.values.get(key)
-            if previous is not None:
-                slot.size -= VALUE_BYTES + previous[1]
-                self._bytes -= VALUE_BYTES + previous[1]
-            slot.values[key] = (value, max(size, 0))
-            slot.size += cost
-            self._bytes += cost
+            self._bytes += slot.store(key, value, max(size, 0))
             self._items.move_to_end(k)
             while len(self._items) > 1 and (
                 self._bytes > self.max_bytes
                 or (self.max_entries is not None and len(self._items) > self.max_entries)
             ):
                 _, oldest = self._items.popitem(last=False)
+                self._keys.pop(id(oldest.ref), None)
                 self._bytes -= oldest.size
-                stale.append(oldest)
+                stale = [*(stale or ()), oldest]
         # Dropped entries are freed here, outside the lock: freeing a value may free an object
         # another memo (or this one) remembers, whose callback then runs.
         del stale
@@ -270,15 +313,17 @@ class ObjectMemo(Generic[V]):
         """Forget everything."""
         with self._lock:
             items, self._items = self._items, collections.OrderedDict()
+            self._keys = {}
             self._bytes = 0
             self._freed.clear()
         del items
 
-    def _forget(self, key: int, ref: weakref.ref[Any]) -> None:
-        slot = self._items.get(key)
+    def _forget(self, ref: weakref.ref[Any]) -> None:
+        key = self._keys.pop(id(ref), None)
+        slot = self._items.get(key) if key is not None else None
         if slot is not None and slot.ref is ref:
             try:
-                del self._items[key]
+                del self._items[key]  # type: ignore[arg-type]
             except KeyError:  # pragma: no cover - removed by another thread meanwhile
                 return
             self._freed.append(slot.size)
@@ -327,6 +372,33 @@ def remembered_copy(
 
 
 # --- scopes ------------------------------------------------------------------------------------
+
+TEXT_MEMO_CHARS: Final = 32 * 1024 * 1024
+"""The most text a `TextMemo` keeps as keys (it starts over beyond that)."""
+
+
+class TextMemo(Generic[V]):
+    """Values by text, for one conversation's compiles: equal outputs (a file read twice) are scanned
+    once. It lives in the compiling scope's state for that conversation and goes with it. Its keys are
+    mostly the conversation's own strings; slices and serialisations are new ones, so the keys are
+    bounded by `max_chars` characters."""
+
+    def __init__(self, *, max_chars: int = TEXT_MEMO_CHARS) -> None:
+        self.max_chars = max_chars
+        self._items: dict[str, V] = {}
+        self._chars = 0
+
+    def get(self, text: str) -> V | None:
+        return self._items.get(text)
+
+    def put(self, text: str, value: V) -> V:
+        if self._chars + len(text) > self.max_chars:
+            self._items.clear()
+            self._chars = 0
+        self._items[text] = value
+        self._chars += len(text)
+        return value
+
 
 _GENERATIONS: Final = itertools.count(1)
 
@@ -518,16 +590,21 @@ _COMPILES: Final = itertools.count(1)
 
 
 _ACTIVE: ContextVar[_Active | None] = ContextVar('pydantic_ai_context_memo_scope', default=None)
+_COMPILE: ContextVar[int] = ContextVar('pydantic_ai_context_compile', default=0)
+"""The compile running in this task (`_Active.compile`), 0 outside any: what object memos read on every lookup."""
 
 
 @contextmanager
 def compiling(scope: MemoScope, log: Sequence[Any]) -> Iterator[int]:
     """Make `scope` active for a compile of `log` (in this task); yields the generation."""
     generation = scope.begin(log)
-    token = _ACTIVE.set(_Active(weakref.ref(scope), generation, next(_COMPILES)))
+    active = _Active(weakref.ref(scope), generation, next(_COMPILES))
+    token = _ACTIVE.set(active)
+    compile_token = _COMPILE.set(active.compile)
     try:
         yield generation
     finally:
+        _COMPILE.reset(compile_token)
         _ACTIVE.reset(token)
 
 
@@ -535,9 +612,11 @@ def compiling(scope: MemoScope, log: Sequence[Any]) -> Iterator[int]:
 def suspended() -> Iterator[None]:
     """No scope active inside (for user code called during a compile, e.g. event handlers)."""
     token = _ACTIVE.set(None)
+    compile_token = _COMPILE.set(0)
     try:
         yield
     finally:
+        _COMPILE.reset(compile_token)
         _ACTIVE.reset(token)
 
 
@@ -554,6 +633,17 @@ def scope_prefix_memo(name: Hashable) -> tuple[PrefixMemo[Any], int] | None:
     if active is None or scope is None:
         return None
     return scope.prefix_memo(name), active.generation
+
+
+def scope_text_memo(name: Hashable) -> TextMemo[Any] | None:
+    """The active scope's text memo `name` for the current conversation, or None outside a compile."""
+    cache = scope_cache(('text', name))
+    if cache is None:
+        return None
+    found: TextMemo[Any] | None = cache.get(None)
+    if found is None:
+        found = cache.setdefault(None, TextMemo())
+    return found
 
 
 def scope_cache(name: Hashable) -> dict[Any, Any] | None:

@@ -25,7 +25,13 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from pydantic_ai_context import _parts
-from pydantic_ai_context._memo import ObjectMemo, part_stamp, parts_and_metadata_stamp, scope_cache
+from pydantic_ai_context._memo import (
+    ObjectMemo,
+    part_stamp,
+    parts_and_metadata_stamp,
+    scope_cache,
+    scope_text_memo,
+)
 from pydantic_ai_context.budget import ContextBudget
 from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import CompileContext
@@ -60,11 +66,19 @@ def _count_text(counter: TokenCounter, text: str) -> int:
 
 def part_text_tokens(part: Any, counter: TokenCounter) -> int:
     """The tokens of a part's text as it is now, remembered per part (tool outputs are the same
-    part objects from one compile to the next) while its content is unchanged."""
+    part objects from one compile to the next) while its content is unchanged, and during a compile
+    by text too (a file read twice is counted once; that memo goes with the conversation's state)."""
     key = counter_key(counter)
     found = _PART_TOKENS.get(part, key)
     if found is None:
-        found = _PART_TOKENS.put(part, _count_text(counter, _parts.part_text(part)), key)
+        text = _parts.part_text(part)
+        by_text = scope_text_memo(('frontier.tokens', key))
+        found = by_text.get(text) if by_text is not None else None
+        if found is None:
+            found = _count_text(counter, text)
+            if by_text is not None:
+                by_text.put(text, found)
+        _PART_TOKENS.put(part, found, key)
     return found
 
 

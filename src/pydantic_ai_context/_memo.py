@@ -155,17 +155,20 @@ class _Slot:
         getter: Callable[[Any], tuple[Any, ...]],
         stamp: tuple[Any, ...],
         checked: int,
+        key: Hashable,
+        value: Any,
+        value_size: int,
     ) -> None:
         self.ref = ref
         self.getter = getter
         self.stamp = stamp
         self.checked = checked
         """The compile (`_Active.compile`) during which the stamp was last found unchanged."""
-        self.key: Hashable = _MISSING
-        self.value: Any = None
-        self.value_size = 0
+        self.key = key
+        self.value = value
+        self.value_size = value_size
         self.more: dict[Hashable, tuple[Any, int]] | None = None
-        self.size = ENTRY_BYTES
+        self.size = ENTRY_BYTES + VALUE_BYTES + value_size
 
     def find(self, key: Hashable) -> Any:
         if key == self.key:
@@ -178,9 +181,9 @@ class _Slot:
 
     def store(self, key: Hashable, value: Any, size: int) -> int:
         """Keep `value` under `key`; returns the change in bytes."""
-        if self.key is _MISSING or key == self.key:
-            delta = (0 if self.key is _MISSING else -(VALUE_BYTES + self.value_size)) + VALUE_BYTES + size
-            self.key, self.value, self.value_size = key, value, size
+        if key == self.key:
+            delta = size - self.value_size
+            self.value, self.value_size = value, size
         else:
             if self.more is None:
                 self.more = {}
@@ -277,11 +280,16 @@ class ObjectMemo(Generic[V]):
         getter = self._stamp
         stamp = getter(obj)
         k = id(obj)
+        size = max(size, 0)
         stale: list[_Slot] | None = None
         with self._lock:
-            self._drain()
+            if self._freed:
+                self._drain()
             slot = self._items.get(k)
-            if slot is None or slot.ref() is not obj or not _same(slot.stamp, stamp):
+            if slot is not None and slot.ref() is obj and _same(slot.stamp, stamp):
+                self._bytes += slot.store(key, value, size)
+                self._items.move_to_end(k)
+            else:
                 try:
                     ref = weakref.ref(obj, self._callback)
                 except TypeError:  # an object that cannot be referenced weakly is not remembered
@@ -290,24 +298,29 @@ class ObjectMemo(Generic[V]):
                     stale = [self._items.pop(k)]
                     self._keys.pop(id(slot.ref), None)
                     self._bytes -= slot.size
-                slot = _Slot(ref, getter, stamp, _COMPILE.get())
+                slot = _Slot(ref, getter, stamp, _COMPILE.get(), key, value, size)
                 self._items[k] = slot
                 self._keys[id(ref)] = k
                 self._bytes += slot.size
-            self._bytes += slot.store(key, value, max(size, 0))
-            self._items.move_to_end(k)
-            while len(self._items) > 1 and (
-                self._bytes > self.max_bytes
-                or (self.max_entries is not None and len(self._items) > self.max_entries)
+            if self._bytes > self.max_bytes or (
+                self.max_entries is not None and len(self._items) > self.max_entries
             ):
-                _, oldest = self._items.popitem(last=False)
-                self._keys.pop(id(oldest.ref), None)
-                self._bytes -= oldest.size
-                stale = [*(stale or ()), oldest]
+                stale = self._evict(stale or [])
         # Dropped entries are freed here, outside the lock: freeing a value may free an object
         # another memo (or this one) remembers, whose callback then runs.
         del stale
         return value
+
+    def _evict(self, stale: list[_Slot]) -> list[_Slot]:
+        while len(self._items) > 1 and (
+            self._bytes > self.max_bytes
+            or (self.max_entries is not None and len(self._items) > self.max_entries)
+        ):
+            _, oldest = self._items.popitem(last=False)
+            self._keys.pop(id(oldest.ref), None)
+            self._bytes -= oldest.size
+            stale.append(oldest)
+        return stale
 
     def clear(self) -> None:
         """Forget everything."""

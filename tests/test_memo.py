@@ -264,6 +264,18 @@ def test_a_scope_holds_a_bounded_number_of_conversations() -> None:
         assert again == generations[-1]
 
 
+def test_an_empty_log_displaces_no_conversation() -> None:
+    scope = MemoScope(lineages=1)
+    log = coding_log(1)
+    with compiling(scope, log) as first:
+        pass
+    for _ in range(3):
+        with compiling(scope, []):
+            pass
+    with compiling(scope, log) as again:
+        assert again == first
+
+
 def test_a_view_that_becomes_the_log_continues_the_conversation() -> None:
     """pydantic-ai 1.x `history_processors`: the view replaces the run's history."""
     scope = MemoScope()

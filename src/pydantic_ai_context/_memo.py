@@ -513,6 +513,8 @@ class MemoScope:
 
     def begin(self, log: Sequence[Any]) -> int:
         """The generation of the conversation `log` continues, after checking nothing in it changed in place."""
+        if not log:
+            return next(_GENERATIONS)  # nothing to remember, and no conversation to displace
         with self._lock:
             for lineage in reversed(self._lineages):
                 for snapshot, via_view in ((lineage.log, False), (lineage.view, True)):

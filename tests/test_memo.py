@@ -35,13 +35,13 @@ from pydantic_ai_context import (
 )
 from pydantic_ai_context._memo import (
     ENTRY_BYTES,
+    PART_FIELDS,
     VALUE_BYTES,
     MemoScope,
     ObjectMemo,
     TextMemo,
     active_generation,
     compiling,
-    part_stamp,
 )
 from pydantic_ai_context.policies.mask import mask_observations
 from pydantic_ai_context.replay import extractive_summary_model
@@ -359,7 +359,7 @@ async def test_a_deleted_conversation_is_let_go_while_the_profile_lives_on() -> 
 
 def test_an_object_memo_is_bounded_by_bytes() -> None:
     budget = 20 * (ENTRY_BYTES + VALUE_BYTES + 1_000)
-    memo: ObjectMemo[str] = ObjectMemo(max_bytes=budget, stamp=part_stamp)
+    memo: ObjectMemo[str] = ObjectMemo(max_bytes=budget, fields=PART_FIELDS)
     parts = [ToolReturnPart('t', f'output {i}', tool_call_id=f'c{i}') for i in range(100)]
     for part in parts:
         memo.put(part, 'z' * 1_000, size=1_000)

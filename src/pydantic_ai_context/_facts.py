@@ -20,7 +20,7 @@ from typing import Any, Final
 from pydantic_ai.messages import RetryPromptPart, ToolCallPart
 
 from . import _parts
-from ._memo import ObjectMemo, part_stamp, scope_text_memo
+from ._memo import PART_FIELDS, ObjectMemo, scope_text_memo
 
 __all__ = (
     'ERROR_LINE_RE',
@@ -256,7 +256,7 @@ PATHS_LABEL: Final = '; paths: '
 ERRORS_LABEL: Final = '; errors: '
 
 _MEMO_BYTES: Final = 32 * 1024 * 1024
-_PART_FACTS: ObjectMemo[Any] = ObjectMemo(max_bytes=_MEMO_BYTES, stamp=part_stamp)
+_PART_FACTS: ObjectMemo[Any] = ObjectMemo(max_bytes=_MEMO_BYTES, fields=PART_FIELDS)
 """Facts (and fact keys, and digests) of the tool results seen, while each part lives unchanged.
 
 Keyed by the part, never by its text: a memo keyed by text would keep tool outputs in memory after

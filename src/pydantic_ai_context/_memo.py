@@ -7,9 +7,9 @@ parts. So no cache here trusts an object's identity alone:
 
 - `ObjectMemo` remembers values computed from one message or part. It holds the object weakly (the
   entry goes when the object is freed) and keeps a *stamp* of what can be reassigned on it: a
-  message's parts one by one, its instructions, metadata, run id, conversation id and timestamp; a
-  part's content, arguments, metadata, tool name and outcome. An object whose stamp changed misses.
-  Each memo is bounded by bytes (`DEFAULT_MEMO_BYTES` unless given).
+  message's parts list (and how many parts it holds), instructions, metadata, run id, conversation
+  id and timestamp; a part's content, arguments, metadata, tool name and outcome. An object whose
+  stamp changed misses. Each memo is bounded by bytes (`DEFAULT_MEMO_BYTES` unless given).
 - `MemoScope` holds the incremental state of one owner (a profile, or a policy called on its own):
   each policy's previous input and output, folds over message prefixes, per-step results. That state
   is reused by object identity, which is cheap; the scope makes it exact by checking once, at the
@@ -44,19 +44,19 @@ from ._prefix import PrefixMemo, begins_with
 
 __all__ = (
     'DEFAULT_MEMO_BYTES',
+    'MESSAGE_FIELDS',
+    'PARTS_FIELDS',
     'PART_FIELDS',
+    'PINNED_FIELDS',
     'MemoScope',
     'ObjectMemo',
     'active_generation',
     'compiling',
-    'message_stamp',
-    'part_stamp',
-    'parts_and_metadata_stamp',
-    'parts_stamp',
     'remembered_copy',
     'scope_cache',
     'scope_prefix_memo',
     'scope_text_memo',
+    'stamp',
 )
 
 V = TypeVar('V')
@@ -74,54 +74,52 @@ _PARTS: Final = operator.attrgetter('parts')
 _MISSING: Final = object()
 
 
-def message_stamp(message: Any) -> tuple[Any, ...]:
-    """What of a message pydantic-ai (or an application) can change in place: each of its parts (so a
-    list reassigned or edited in place is noticed), its instructions, metadata, run id, conversation
-    id and timestamp. Compared with `==`, which is identity for the same objects."""
-    return (
-        *message.parts,
-        getattr(message, 'instructions', None),
-        message.metadata,
-        message.run_id,
-        message.conversation_id,
-        message.timestamp,
-    )
+MESSAGE_FIELDS: Final = ('parts', 'instructions', 'metadata', 'run_id', 'conversation_id', 'timestamp')
+"""What of a message pydantic-ai (or an application) can reassign in place: its parts list,
+instructions, metadata, run id, conversation id and timestamp."""
 
+PARTS_FIELDS: Final = ('parts',)
+"""For what is computed from a message's parts alone."""
 
-def parts_stamp(message: Any) -> tuple[Any, ...]:
-    """A message's parts, each one: for what is computed from the parts alone."""
-    return tuple(message.parts)
-
-
-def parts_and_metadata_stamp(message: Any) -> tuple[Any, ...]:
-    """A message's parts and its metadata: for what reads markers and pins too."""
-    return (*message.parts, message.metadata)
-
+PINNED_FIELDS: Final = ('parts', 'metadata')
+"""For what reads a message's parts, pins and markers."""
 
 PART_FIELDS: Final = ('content', 'args', 'metadata', 'tool_name', 'outcome')
 """What of a part a memo reads: content, arguments, metadata, tool name and outcome."""
 
-_PART_GETTERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+_GETTERS: dict[tuple[type, tuple[str, ...]], Callable[[Any], tuple[Any, ...]]] = {}
 
 
-def part_stamp(part: Any) -> tuple[Any, ...]:
-    """The `PART_FIELDS` a part has, in one C-level call (parts are many, and leaves)."""
-    getter = _PART_GETTERS.get(type(part))
-    if getter is None:
-        fields = getattr(type(part), '__dataclass_fields__', None) or {}
-        present = [n for n in PART_FIELDS if n in fields]
+def _getter(cls: type, fields: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """One C-level call reading, as a tuple, those of `fields` that instances of `cls` have."""
+    found = _GETTERS.get((cls, fields))
+    if found is None:
+        declared = getattr(cls, '__dataclass_fields__', None) or {}
+        present = [n for n in fields if n in declared]
         if not present:
-            getter = _nothing_stamp
+            found = _nothing_stamp
         elif len(present) == 1:
-            getter = operator.attrgetter(present[0], present[0])  # a tuple, like the others
+            found = operator.attrgetter(present[0], present[0])  # a tuple, like the others
         else:
-            getter = operator.attrgetter(*present)
-        _PART_GETTERS[type(part)] = getter
-    return getter(part)
+            found = operator.attrgetter(*present)
+        _GETTERS[(cls, fields)] = found
+    return found
 
 
 def _nothing_stamp(obj: Any) -> tuple[Any, ...]:
     return ()
+
+
+def _length(obj: Any) -> int:
+    """How many parts a message holds (a list edited in place changes length), or -1 for a part."""
+    parts = getattr(obj, 'parts', None)
+    return len(parts) if isinstance(parts, list | tuple) else -1
+
+
+def stamp(obj: Any, fields: tuple[str, ...] = MESSAGE_FIELDS) -> tuple[Any, ...]:
+    """The values of `fields` an object has, and the number of its parts: compared with `==`, which
+    is identity for the same objects (an equal replacement is as good)."""
+    return (_getter(type(obj), fields)(obj), _length(obj))
 
 
 def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
@@ -147,13 +145,14 @@ class _Slot:
     for the garbage collector to walk.
     """
 
-    __slots__ = ('checked', 'getter', 'key', 'more', 'ref', 'size', 'stamp', 'value', 'value_size')
+    __slots__ = ('checked', 'getter', 'key', 'length', 'more', 'ref', 'size', 'stamp', 'value', 'value_size')
 
     def __init__(
         self,
         ref: weakref.ref[Any],
         getter: Callable[[Any], tuple[Any, ...]],
         stamp: tuple[Any, ...],
+        length: int,
         checked: int,
         key: Hashable,
         value: Any,
@@ -162,6 +161,7 @@ class _Slot:
         self.ref = ref
         self.getter = getter
         self.stamp = stamp
+        self.length = length
         self.checked = checked
         """The compile (`_Active.compile`) during which the stamp was last found unchanged."""
         self.key = key
@@ -198,9 +198,10 @@ class ObjectMemo(Generic[V]):
     """Values computed from an object (a message or a part), for as long as the object lives unchanged.
 
     The object is held weakly: its entry is dropped when it is freed, so a memo never keeps a
-    conversation in memory. A value is returned only while the object's `stamp` (`message_stamp` by
-    default, `part_stamp` for parts) is what it was when the value was stored (the same objects, or
-    equal ones); within one compile it is compared once. The memo holds at most `max_bytes`
+    conversation in memory. A value is returned only while the object's `fields` (`MESSAGE_FIELDS` by
+    default, `PART_FIELDS` for parts) are what they were when the value was stored (the same objects,
+    or equal ones), and a message holds as many parts; within one compile this is compared once.
+    The memo holds at most `max_bytes`
     (`ENTRY_BYTES` per object, plus `VALUE_BYTES` and the stated `size` per value) and, if given,
     `max_entries` objects; the oldest entries go first.
 
@@ -226,13 +227,14 @@ class ObjectMemo(Generic[V]):
         *,
         max_bytes: int = DEFAULT_MEMO_BYTES,
         max_entries: int | None = None,
-        stamp: Callable[[Any], tuple[Any, ...]] = message_stamp,
+        fields: tuple[str, ...] = MESSAGE_FIELDS,
     ) -> None:
         if max_bytes < 0 or (max_entries is not None and max_entries < 0):
             raise ValueError('max_bytes and max_entries must be >= 0')
         self.max_bytes = max_bytes
         self.max_entries = max_entries
-        self._stamp = stamp
+        self._fields = fields
+        self._getters: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
         self._items: collections.OrderedDict[int, _Slot] = collections.OrderedDict()
         self._bytes = 0
         # Sizes of entries dropped by a weakref callback, subtracted under the lock at the next put:
@@ -263,7 +265,7 @@ class ObjectMemo(Generic[V]):
         compile_id = _COMPILE.get()
         if not compile_id or slot.checked != compile_id:
             try:
-                if slot.getter(obj) != slot.stamp:
+                if slot.getter(obj) != slot.stamp or (slot.length >= 0 and len(obj.parts) != slot.length):  # type: ignore[union-attr]
                     return default
             except RecursionError:  # equal-but-not-identical values nested too deep to compare
                 return default
@@ -277,8 +279,11 @@ class ObjectMemo(Generic[V]):
         """Remember `value` for `obj` (as it is now) under `key`; `size` is what the value holds, in bytes."""
         if self.max_bytes == 0 or self.max_entries == 0:
             return value
-        getter = self._stamp
+        getter = self._getters.get(type(obj))
+        if getter is None:
+            getter = self._getters[type(obj)] = _getter(type(obj), self._fields)
         stamp = getter(obj)
+        length = _length(obj)
         k = id(obj)
         size = max(size, 0)
         stale: list[_Slot] | None = None
@@ -286,7 +291,7 @@ class ObjectMemo(Generic[V]):
             if self._freed:
                 self._drain()
             slot = self._items.get(k)
-            if slot is not None and slot.ref() is obj and _same(slot.stamp, stamp):
+            if slot is not None and slot.ref() is obj and slot.length == length and _same(slot.stamp, stamp):
                 self._bytes += slot.store(key, value, size)
                 self._items.move_to_end(k)
             else:
@@ -298,7 +303,7 @@ class ObjectMemo(Generic[V]):
                     stale = [self._items.pop(k)]
                     self._keys.pop(id(slot.ref), None)
                     self._bytes -= slot.size
-                slot = _Slot(ref, getter, stamp, _COMPILE.get(), key, value, size)
+                slot = _Slot(ref, getter, stamp, length, _COMPILE.get(), key, value, size)
                 self._items[k] = slot
                 self._keys[id(ref)] = k
                 self._bytes += slot.size
@@ -372,14 +377,14 @@ def remembered_copy(
         if held is None:
             return message
         copy, copy_stamp = held
-        if _same(message_stamp(copy), copy_stamp):
+        if _same(stamp(copy), copy_stamp):
             return copy
     result = build(*args)
     dependency = weakref.ref(depends_on) if depends_on is not None else _nothing
     if result is message:
         memo.put(message, (dependency, None), key)
     else:
-        held = (result, message_stamp(result))
+        held = (result, stamp(result))
         memo.put(message, (dependency, held), key, size=size(result) if size is not None else 0)
     return result
 
@@ -422,7 +427,7 @@ def _open_stamps(messages: Sequence[Any]) -> tuple[tuple[int, tuple[object, ...]
     for i in range(len(messages) - 1, -1, -1):
         if isinstance(messages[i], ModelResponse):
             break
-        out.append((i, message_stamp(messages[i])))
+        out.append((i, stamp(messages[i])))
     return tuple(out)
 
 
@@ -465,7 +470,7 @@ class _Snapshot:
         return (
             all(map(operator.is_, self.parts, map(_PARTS, self.messages)))
             and all(map(operator.eq, self.lengths, map(len, self.parts)))
-            and all(_same(fields, message_stamp(self.messages[i])) for i, fields in self.open)
+            and all(_same(fields, stamp(self.messages[i])) for i, fields in self.open)
         )
 
 

@@ -28,7 +28,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from ._memo import ObjectMemo, part_stamp, parts_and_metadata_stamp
+from ._memo import PART_FIELDS, PINNED_FIELDS, ObjectMemo
 
 logger = logging.getLogger('pydantic_ai_context.parts')
 
@@ -121,7 +121,7 @@ def is_pinned(obj: Any) -> bool:
     return isinstance(meta, dict) and meta.get('pinned') is True
 
 
-_PINNED: ObjectMemo[bool] = ObjectMemo(max_bytes=16 * 1024 * 1024, stamp=parts_and_metadata_stamp)
+_PINNED: ObjectMemo[bool] = ObjectMemo(max_bytes=16 * 1024 * 1024, fields=PINNED_FIELDS)
 """Whether each message seen is pinned, while it lives unchanged (at most 16 MiB)."""
 
 
@@ -277,7 +277,7 @@ def _leaf_json(value: Any) -> str:
     return json.dumps(repr(value), ensure_ascii=False)
 
 
-_OPAQUE_LOGGED: ObjectMemo[bool] = ObjectMemo(max_bytes=1024 * 1024, stamp=part_stamp)
+_OPAQUE_LOGGED: ObjectMemo[bool] = ObjectMemo(max_bytes=1024 * 1024, fields=PART_FIELDS)
 
 
 def _opaque(part: Any) -> None:

@@ -353,7 +353,7 @@ def normalize(
 _Shape = tuple[bool, tuple[str, ...], tuple[str, ...], bool]
 """(has parts, tool call ids, tool result ids, has arguments too deep to send as they are) of one message."""
 
-_SHAPES: _memo.ObjectMemo[_Shape] = _memo.ObjectMemo(max_bytes=16 * 1024 * 1024, stamp=_memo.parts_stamp)
+_SHAPES: _memo.ObjectMemo[_Shape] = _memo.ObjectMemo(max_bytes=16 * 1024 * 1024, fields=_memo.PARTS_FIELDS)
 """Shapes of the messages seen, while they live unchanged (at most 16 MiB)."""
 
 

@@ -129,10 +129,8 @@ class _Entry:
     instructions_tokens: int
 
 
-def _count_stamp(message: Any) -> tuple[Any, ...]:
-    # A count reads a message's parts (each one: pydantic-ai may fill the request it sends in) and
-    # its instructions only.
-    return (*message.parts, getattr(message, 'instructions', None))
+_COUNTED_FIELDS: Final = ('parts', 'instructions')
+"""A count reads a message's parts and instructions only."""
 
 
 class _MessageCounter:
@@ -147,7 +145,7 @@ class _MessageCounter:
         self._cache_size = cache_size
         # Weakly keyed: a counter (even the process-wide `default_counter`) never keeps a message alive.
         self._memo: ObjectMemo[_Entry] = ObjectMemo(
-            max_entries=cache_size, max_bytes=cache_size * (ENTRY_BYTES + VALUE_BYTES), stamp=_count_stamp
+            max_entries=cache_size, max_bytes=cache_size * (ENTRY_BYTES + VALUE_BYTES), fields=_COUNTED_FIELDS
         )
         self._lock = threading.Lock()
         self._hits = 0

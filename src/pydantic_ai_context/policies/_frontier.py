@@ -26,9 +26,9 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from pydantic_ai_context import _parts
 from pydantic_ai_context._memo import (
+    PART_FIELDS,
+    PINNED_FIELDS,
     ObjectMemo,
-    part_stamp,
-    parts_and_metadata_stamp,
     scope_cache,
     scope_text_memo,
 )
@@ -50,8 +50,8 @@ __all__ = (
 IdentityMemo = ObjectMemo
 """Values computed from a message, held weakly and checked against the message's stamp (see `_memo`)."""
 
-_NOMINAL: ObjectMemo[tuple[int, int]] = ObjectMemo(max_bytes=16 * 1024 * 1024, stamp=parts_and_metadata_stamp)
-_PART_TOKENS: ObjectMemo[int] = ObjectMemo(max_bytes=16 * 1024 * 1024, stamp=part_stamp)
+_NOMINAL: ObjectMemo[tuple[int, int]] = ObjectMemo(max_bytes=16 * 1024 * 1024, fields=PINNED_FIELDS)
+_PART_TOKENS: ObjectMemo[int] = ObjectMemo(max_bytes=16 * 1024 * 1024, fields=PART_FIELDS)
 
 
 def counter_key(counter: TokenCounter) -> Hashable:

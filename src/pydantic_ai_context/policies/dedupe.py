@@ -21,7 +21,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolR
 
 from pydantic_ai_context import _parts
 from pydantic_ai_context._facts import call_summary
-from pydantic_ai_context._memo import ObjectMemo, part_stamp, scope_cache
+from pydantic_ai_context._memo import PART_FIELDS, ObjectMemo, scope_cache
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
@@ -113,7 +113,7 @@ _SHELL_META_RE: Final = re.compile(r'[;&<>`$]|\|\|')
 _SHELL_WRITE_RE: Final = re.compile(
     r'>|\bsed\s+(?:-\w+\s+)*-i|\btee\b|\bmv\b|\bcp\b|\brm\b|\bpatch\b|\bgit\s+(?:apply|checkout|stash)'
 )
-_HASHES: ObjectMemo[str] = ObjectMemo(max_bytes=8 * 1024 * 1024, stamp=part_stamp)
+_HASHES: ObjectMemo[str] = ObjectMemo(max_bytes=8 * 1024 * 1024, fields=PART_FIELDS)
 """Content hashes of the tool results seen, per part (never per text: that would keep outputs alive)."""
 
 

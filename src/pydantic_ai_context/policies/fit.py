@@ -18,7 +18,7 @@ from typing import Any, Final, cast
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 
 from pydantic_ai_context import _parts
-from pydantic_ai_context._memo import ObjectMemo, parts_and_metadata_stamp
+from pydantic_ai_context._memo import PINNED_FIELDS, ObjectMemo
 from pydantic_ai_context.errors import ContextBudgetExceeded
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.tokens import TokenCounter
@@ -268,7 +268,7 @@ class _Plan:
         return detail
 
 
-_KINDS: ObjectMemo[str] = ObjectMemo(max_bytes=16 * 1024 * 1024, stamp=parts_and_metadata_stamp)
+_KINDS: ObjectMemo[str] = ObjectMemo(max_bytes=16 * 1024 * 1024, fields=PINNED_FIELDS)
 """The kind of each message seen (as a one-message unit), while it lives unchanged."""
 
 

@@ -12,7 +12,7 @@ from typing import Any, Final
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 
 from pydantic_ai_context import _facts, _parts
-from pydantic_ai_context._memo import ObjectMemo, part_stamp, remembered_copy
+from pydantic_ai_context._memo import PART_FIELDS, ObjectMemo, remembered_copy
 from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import CompileContext
 
@@ -36,7 +36,7 @@ _KEPT_ARGS: Final = frozenset(_facts.IDENTIFYING_ARGS) - {'command', 'cmd'}
 """Arguments never clipped: they say which resource a call touched (a command keeps its first line)."""
 
 
-_HEAD_TAIL: ObjectMemo[str] = ObjectMemo(max_bytes=32 * 1024 * 1024, stamp=part_stamp)
+_HEAD_TAIL: ObjectMemo[str] = ObjectMemo(max_bytes=32 * 1024 * 1024, fields=PART_FIELDS)
 """Trimmed texts of the tool results seen, per part and settings, while each part lives unchanged."""
 
 

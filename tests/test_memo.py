@@ -33,16 +33,8 @@ from pydantic_ai_context import (
     profile,
     validate_view,
 )
-from pydantic_ai_context._memo import (
-    ENTRY_BYTES,
-    PART_FIELDS,
-    VALUE_BYTES,
-    MemoScope,
-    ObjectMemo,
-    TextMemo,
-    active_generation,
-    compiling,
-)
+from pydantic_ai_context._memo import ENTRY_BYTES, PART_FIELDS, VALUE_BYTES, ObjectMemo
+from pydantic_ai_context._scope import MemoScope, TextMemo, active_generation, compiling
 from pydantic_ai_context.policies.mask import mask_observations
 from pydantic_ai_context.replay import extractive_summary_model
 from pydantic_ai_context.tokens import default_counter

@@ -37,8 +37,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RequestUsage
 
 from pydantic_ai_context import tokens
-from pydantic_ai_context._memo import MemoScope, compiling
 from pydantic_ai_context._parts import part_text
+from pydantic_ai_context._scope import MemoScope, compiling
 from pydantic_ai_context.errors import ContextWarning
 from pydantic_ai_context.tokens import (
     BINARY_ITEM_TOKENS,

@@ -20,7 +20,8 @@ from typing import Any, Final
 from pydantic_ai.messages import RetryPromptPart, ToolCallPart
 
 from . import _parts
-from ._memo import PART_FIELDS, ObjectMemo, scope_text_memo
+from ._memo import PART_FIELDS, ObjectMemo
+from ._scope import scope_text_memo
 
 __all__ = (
     'ERROR_LINE_RE',
@@ -267,7 +268,7 @@ def remembered_facts(text: str) -> Facts:
     """`extract_facts(text)`, remembered by text for the conversation being compiled.
 
     Equal outputs (a file read twice) are scanned once. The memo belongs to the compiling
-    profile's state for this conversation (`_memo.scope_text_memo`) and goes with it; outside a
+    profile's state for this conversation (`_scope.scope_text_memo`) and goes with it; outside a
     compile nothing is remembered.
     """
     memo = scope_text_memo('facts')

@@ -3,7 +3,7 @@
 Before each model request the log is the previous log plus a few messages, and most of the view
 is the previous view plus those messages. Work that is a fold over the messages (token totals,
 validity, tallies) can extend what it computed last time instead of starting over. Reuse is
-decided by object identity within one generation of a `_memo.MemoScope`, which checks at the start
+decided by object identity within one generation of a `_scope.MemoScope`, which checks at the start
 of every compile that no message was edited in place since; so the result is what a fresh
 computation would give.
 """

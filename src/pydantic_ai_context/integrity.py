@@ -19,7 +19,7 @@ from typing import Any, Final, Literal
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
 
-from . import _memo, _parts
+from . import _memo, _parts, _scope
 from .errors import HistoryIntegrityError
 
 __all__ = (
@@ -144,7 +144,7 @@ def check_messages(messages: Sequence[Any]) -> None:
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise HistoryIntegrityError(None, f'expected a list of ModelMessage, got {type(messages).__name__}')
     # During a compile, checked once per message: a log is the previous log plus a few messages.
-    memo = _memo.scope_prefix_memo('integrity.checked')
+    memo = _scope.scope_prefix_memo('integrity.checked')
     found = memo[0].longest_prefix(messages, memo[1]) if memo is not None else None
     start = found[0] if found is not None else 0
     rest = messages[start:] if start else messages
@@ -381,7 +381,7 @@ def _already_valid(messages: Sequence[ModelMessage]) -> bool:
         return True
     # During a compile, a valid list is remembered without its newest request (which pydantic-ai
     # may still fill in): a longer list that begins with it is checked from there on.
-    memo = _memo.scope_prefix_memo('integrity.valid')
+    memo = _scope.scope_prefix_memo('integrity.valid')
     found = memo[0].longest_prefix(messages, memo[1]) if memo is not None else None
     start, (expect_request, calls) = found if found is not None else (0, (True, ()))
     for i in range(start, len(messages)):

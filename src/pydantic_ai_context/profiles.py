@@ -25,7 +25,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
 
 from . import _tracing
-from ._memo import MemoScope, compiling, suspended
+from ._scope import MemoScope, compiling, suspended
 from .budget import ContextBudget
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
 from .settings import default_profile_name, environment_overrides
@@ -97,7 +97,7 @@ class ContextProfile(AbstractCapability[Any]):
     # The latest view and its run id: what that request was sent, to anchor the next gauge on the
     # provider's usage (see `tokens.measure_context`).
     _last_sent: tuple[str | None, list[ModelMessage]] | None = field(default=None, init=False, compare=False)
-    # The incremental state of the chain (see `_memo.MemoScope`): released with the profile.
+    # The incremental state of the chain (see `_scope.MemoScope`): released with the profile.
     _scope: MemoScope = field(default_factory=MemoScope, init=False, compare=False)
 
     def __repr__(self) -> str:

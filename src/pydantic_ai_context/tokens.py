@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_chec
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
-from ._memo import ENTRY_BYTES, VALUE_BYTES, ObjectMemo, scope_prefix_memo
+from ._memo import ENTRY_BYTES, VALUE_BYTES, ObjectMemo
 from ._parts import content_items, is_binary_item, part_text
+from ._scope import scope_prefix_memo
 from .errors import ContextWarning
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from typing import Any, Protocol
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
 
-from .._memo import MemoScope, active_generation, compiling
 from .._prefix import begins_with
+from .._scope import MemoScope, active_generation, compiling
 from ..tokens import default_counter
 from ..views import CompileContext
 from ._frontier import counter_key

@@ -25,13 +25,8 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from pydantic_ai_context import _parts
-from pydantic_ai_context._memo import (
-    PART_FIELDS,
-    PINNED_FIELDS,
-    ObjectMemo,
-    scope_cache,
-    scope_text_memo,
-)
+from pydantic_ai_context._memo import PART_FIELDS, PINNED_FIELDS, ObjectMemo
+from pydantic_ai_context._scope import scope_cache, scope_text_memo
 from pydantic_ai_context.budget import ContextBudget
 from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import CompileContext

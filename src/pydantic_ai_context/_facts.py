@@ -14,10 +14,10 @@ repetitions.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Final
@@ -25,6 +25,8 @@ from typing import Any, Final
 from pydantic_ai.messages import RetryPromptPart, ToolCallPart
 
 from . import _parts
+from ._memo import PART_FIELDS, ObjectMemo
+from ._scope import scope_text_memo
 
 __all__ = (
     'DIGEST_ERRORS',
@@ -39,10 +41,13 @@ __all__ = (
     'extract_facts',
     'fact_key',
     'facts_in_digest',
+    'facts_in_part',
     'facts_in_text',
     'file_key',
+    'part_facts',
     'path_tails',
     'paths_in',
+    'remembered_facts',
     'result_status',
     'scanned_text',
 )
@@ -140,7 +145,6 @@ class Facts:
     """Characters of text."""
 
 
-@functools.lru_cache(maxsize=8192)
 def extract_facts(text: str) -> Facts:
     """The execution facts of one tool result's text.
 
@@ -353,8 +357,48 @@ DIGEST_PATHS: Final = 8
 """Paths a digest lists by default: those named in the call's arguments first, then the first others."""
 DIGEST_ERRORS: Final = 8
 """Error lines a digest lists by default, in order."""
-_DIGEST_MEMO: dict[tuple[Any, ...], str] = {}
-_DIGEST_MEMO_SIZE: Final = 8192
+
+_MEMO_BYTES: Final = 32 * 1024 * 1024
+_PART_FACTS: ObjectMemo[Any] = ObjectMemo(max_bytes=_MEMO_BYTES, fields=PART_FIELDS)
+"""Facts (and fact keys, and digests) of the tool results seen, while each part lives unchanged.
+
+Keyed by the part, never by its text: a memo keyed by text would keep tool outputs in memory after
+their conversation is gone. A part is the same object from one compile to the next."""
+
+
+def remembered_facts(text: str) -> Facts:
+    """`extract_facts(text)`, remembered by text for the conversation being compiled.
+
+    Equal outputs (a file read twice) are scanned once. The memo belongs to the compiling
+    profile's state for this conversation (`_scope.scope_text_memo`) and goes with it; outside a
+    compile nothing is remembered.
+    """
+    memo = scope_text_memo('facts')
+    if memo is None:
+        return extract_facts(text)
+    found: Facts | None = memo.get(text)
+    return found if found is not None else memo.put(text, extract_facts(text))
+
+
+def part_facts(result_part: Any) -> Facts:
+    """`extract_facts` of a tool result's text, remembered per part."""
+    found = _PART_FACTS.get(result_part, 'facts')
+    if found is None:
+        facts = remembered_facts(_result_text(result_part))
+        size = sum(map(len, facts.paths)) + sum(map(len, facts.error_lines))
+        found = _PART_FACTS.put(result_part, facts, 'facts', size=size)
+    return found  # type: ignore[no-any-return]
+
+
+def facts_in_part(part: Any) -> frozenset[str]:
+    """`facts_in_text` of a part's text (as `_parts.part_text` renders it), remembered per part."""
+    found = _PART_FACTS.get(part, 'keys')
+    if found is None:
+        # A tool result's text is what `part_facts` reads: one scan serves both.
+        facts = part_facts(part) if _parts.is_tool_result(part) else remembered_facts(_parts.part_text(part))
+        keys = frozenset(fact_key(p) for p in facts.paths) | frozenset(facts.error_lines)
+        found = _PART_FACTS.put(part, keys, 'keys', size=sum(map(len, keys)))
+    return found  # type: ignore[no-any-return]
 
 
 def digest(
@@ -400,33 +444,19 @@ def digest(
         assert line.endswith('paths: src/pkg/mod_33.py, src/pkg/mod_0.py, src/pkg/mod_1.py (+37 more)')
         ```
     """
-    text = _result_text(result_part)
-    record = _parts.marker(result_part) or {}
-    facts = extract_facts(text)
+    facts = part_facts(result_part)
     hidden = (
         frozenset(f for f in (*facts.paths, *facts.error_lines) if fact_key(f) in known)
         if known
         else frozenset()
     )
-    key = (
-        hidden,
-        frozenset(p for p in facts.paths if p in prefer) if prefer else None,
-        record.get('lines'),
-        record.get('chars'),
-        getattr(result_part, 'tool_call_id', None),
-        _parts.args_text(call) if call is not None else None,
-        text,
-        getattr(result_part, 'outcome', None),
-        type(result_part),
-        max_paths,
-        max_errors,
-        prefix,
-        max_call_len,
-        with_call,
-    )
-    found = _DIGEST_MEMO.get(key)
-    if found is not None:
-        return found
+    # Per result part (its content, metadata and outcome are in the memo's stamp), and per call
+    # object and arguments: the same line comes back without rescanning the output.
+    preferred = frozenset(p for p in facts.paths if p in prefer) if prefer else None
+    key = ('digest', hidden, preferred, max_paths, max_errors, prefix, max_call_len, with_call)
+    found = _PART_FACTS.get(result_part, key)
+    if found is not None and found[0]() is call and (call is None or found[1] is call.args):
+        return found[2]  # type: ignore[no-any-return]
     exit_code = _result_exit_code(result_part, facts)
     head = call_summary(call, max_len=max_call_len, tool_name=getattr(result_part, 'tool_name', None))
     status = result_status(result_part, exit_code)
@@ -443,10 +473,17 @@ def digest(
     listed, rest = _paths_to_list(all_paths, errors, call, prefer, max_paths)
     if listed or rest:
         line += PATHS_LABEL + _with_rest(', '.join(listed), rest)
-    if len(_DIGEST_MEMO) >= _DIGEST_MEMO_SIZE:
-        _DIGEST_MEMO.clear()
-    _DIGEST_MEMO[key] = line
+    held = (_weak(call), call.args if call is not None else None, line)
+    _PART_FACTS.put(result_part, held, key, size=len(line))
     return line
+
+
+def _weak(call: ToolCallPart | None) -> Callable[[], ToolCallPart | None]:
+    return weakref.ref(call) if call is not None else _no_call
+
+
+def _no_call() -> None:
+    return None
 
 
 def _with_rest(listed: str, rest: int) -> str:
@@ -518,18 +555,11 @@ def fact_key(fact: str) -> str:
 
 
 def facts_in_text(text: str) -> frozenset[str]:
-    """The `fact_key`s of the paths and error lines a text shows."""
-    found = _TEXT_FACTS.get(text)
-    if found is None:
-        facts = extract_facts(text)
-        found = frozenset(fact_key(p) for p in facts.paths) | frozenset(facts.error_lines)
-        if len(_TEXT_FACTS) >= _DIGEST_MEMO_SIZE:
-            _TEXT_FACTS.clear()
-        _TEXT_FACTS[text] = found
-    return found
+    """The `fact_key`s of the paths and error lines a text shows (`facts_in_part` remembers them per part)."""
+    facts = extract_facts(text)
+    return frozenset(fact_key(p) for p in facts.paths) | frozenset(facts.error_lines)
 
 
-_TEXT_FACTS: dict[str, frozenset[str]] = {}
 _MORE_RE: Final = re.compile(r' ?\(\+[\d,]{1,20}+ more\)$')
 
 

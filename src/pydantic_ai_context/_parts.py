@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, TypeGuard
 
@@ -26,6 +27,10 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+
+from ._memo import PART_FIELDS, PINNED_FIELDS, ObjectMemo
+
+logger = logging.getLogger('pydantic_ai_context.parts')
 
 META_KEY: Final = 'pydantic_ai_context'
 """Key under which this package records what it did to a part or message, in `metadata`."""
@@ -151,36 +156,45 @@ def is_pinned(obj: Any) -> bool:
     return isinstance(meta, dict) and meta.get('pinned') is True
 
 
-_PINNED: dict[int, tuple[ModelMessage, bool]] = {}
+_PINNED: ObjectMemo[bool] = ObjectMemo(max_bytes=16 * 1024 * 1024, fields=PINNED_FIELDS)
+"""Whether each message seen is pinned, while it lives unchanged (at most 16 MiB)."""
 
 
 def message_pinned(message: ModelMessage) -> bool:
     """The message, or any of its parts, is pinned by the application (`metadata={'pinned': True}`)."""
-    # Asked of every message by several policies on every compile; messages are not changed in
-    # place, so the answer is remembered per object (held, so its id is not reused).
-    found = _PINNED.get(id(message))
-    if found is not None and found[0] is message:
-        return found[1]
-    pinned = is_pinned(message) or any(is_pinned(p) for p in message.parts)
-    if len(_PINNED) >= 100_000:
-        _PINNED.clear()
-    _PINNED[id(message)] = (message, pinned)
-    return pinned
+    # Asked of every message by several policies on every compile: remembered per message, as long
+    # as its parts and metadata are the same objects (an application may pin or edit in place).
+    found = _PINNED.get(message)
+    if found is not None:
+        return found
+    return _PINNED.put(message, is_pinned(message) or any(is_pinned(p) for p in message.parts))
 
 
 # --- text -------------------------------------------------------------------------------------
 
 
+MAX_ARGUMENTS_DEPTH: Final = 200
+"""Tool-call arguments nested deeper than this are opaque text to this package.
+
+pydantic-core serialises at most about 250 levels, and Python's own JSON and `repr` about 1,000:
+deeper arguments (a model can produce them) are read and sent as their JSON text, never parsed or
+walked recursively. `normalize` turns such dict arguments into that text in the view and logs it."""
+
+
 def to_text(value: Any) -> str:
-    """A deterministic text form of a tool's content or arguments."""
+    """A deterministic text form of a tool's content or arguments (however deeply nested)."""
     if isinstance(value, str):
         return value
     if value is None:
         return ''
     try:
         return pydantic_core.to_json(value, fallback=_fallback).decode()
-    except (TypeError, ValueError, pydantic_core.PydanticSerializationError):
+    except (TypeError, ValueError, RecursionError, pydantic_core.PydanticSerializationError):
+        pass
+    try:
         return str(value)
+    except RecursionError:
+        return json_text(value)
 
 
 def _fallback(value: Any) -> Any:
@@ -193,10 +207,11 @@ def args_text(part: Any) -> str:
         return '{}'
     if isinstance(args, str):
         return args
-    return json.dumps(args, ensure_ascii=False, sort_keys=False, default=repr)
+    return json_text(args)
 
 
 def args_dict(part: Any) -> dict[str, Any]:
+    """A call's arguments as a dict: `{}` when they are not a JSON object, or are nested too deep to read."""
     args = getattr(part, 'args', None)
     if isinstance(args, dict):
         return args
@@ -205,8 +220,111 @@ def args_dict(part: Any) -> dict[str, Any]:
             loaded = json.loads(args)
         except ValueError:
             return {}
+        except RecursionError:
+            _opaque(part)
+            return {}
         return loaded if isinstance(loaded, dict) else {}
     return {}
+
+
+def arguments_too_deep(part: Any) -> bool:
+    """A tool call whose (dict or list) arguments nest deeper than `MAX_ARGUMENTS_DEPTH`."""
+    args = getattr(part, 'args', None)
+    return isinstance(args, dict | list | tuple) and nesting_exceeds(args, MAX_ARGUMENTS_DEPTH)
+
+
+def nesting_exceeds(value: Any, limit: int) -> bool:
+    """Whether dicts and lists in `value` nest deeper than `limit` (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children: Iterable[Any]
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def json_text(value: Any, *, sort_keys: bool = False) -> str:
+    """`json.dumps(value, ensure_ascii=False, default=repr)`, also for values nested too deep for it."""
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=sort_keys, default=repr)
+    except RecursionError:
+        return _iterative_json(value, sort_keys=sort_keys)
+    except (TypeError, ValueError):  # e.g. keys that are neither str nor numbers
+        return _iterative_json(value, sort_keys=sort_keys)
+
+
+_END: Final = object()
+
+
+def _iterative_json(value: Any, *, sort_keys: bool) -> str:
+    """What `json.dumps` writes, with an explicit stack instead of recursion."""
+    out: list[str] = []
+    stack: list[tuple[str, Any, list[bool]]] = []
+
+    def emit(item: Any) -> None:
+        if isinstance(item, dict):
+            entries = sorted(item.items(), key=lambda kv: _key_text(kv[0])) if sort_keys else item.items()
+            out.append('{')
+            stack.append(('}', iter(entries), [True]))
+        elif isinstance(item, list | tuple):
+            out.append('[')
+            stack.append((']', iter(item), [True]))
+        else:
+            out.append(_leaf_json(item))
+
+    emit(value)
+    while stack:
+        close, items, first = stack[-1]
+        item: Any = next(items, _END)
+        if item is _END:
+            out.append(close)
+            stack.pop()
+            continue
+        if not first[0]:
+            out.append(', ')
+        first[0] = False
+        if close == '}':
+            out.append(json.dumps(_key_text(item[0]), ensure_ascii=False) + ': ')
+            item = item[1]
+        emit(item)
+    return ''.join(out)
+
+
+def _key_text(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if key is True or key is False or key is None:
+        return json.dumps(key)
+    return _leaf_json(key) if isinstance(key, int | float) else repr(key)
+
+
+def _leaf_json(value: Any) -> str:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(repr(value), ensure_ascii=False)
+
+
+_OPAQUE_LOGGED: ObjectMemo[bool] = ObjectMemo(max_bytes=1024 * 1024, fields=PART_FIELDS)
+
+
+def _opaque(part: Any) -> None:
+    """Log, once per call, that its arguments are read as opaque text (ids and names only, no content)."""
+    if _OPAQUE_LOGGED.get(part) is None:
+        _OPAQUE_LOGGED.put(part, True)
+        logger.warning(
+            'tool call %r (%s): arguments nested deeper than %d levels are treated as opaque text',
+            getattr(part, 'tool_call_id', None),
+            getattr(part, 'tool_name', None),
+            MAX_ARGUMENTS_DEPTH,
+        )
 
 
 def content_items(content: Any) -> Iterable[Any]:

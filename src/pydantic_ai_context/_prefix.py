@@ -3,7 +3,9 @@
 Before each model request the log is the previous log plus a few messages, and most of the view
 is the previous view plus those messages. Work that is a fold over the messages (token totals,
 validity, tallies) can extend what it computed last time instead of starting over. Reuse is
-decided by object identity, so it is exact: the result is what a fresh computation would give.
+decided by object identity within one generation of a `_scope.MemoScope`, which checks at the start
+of every compile that no message was edited in place since; so the result is what a fresh
+computation would give.
 """
 
 from __future__ import annotations
@@ -27,23 +29,33 @@ def begins_with(messages: Sequence[object], prefix: Sequence[object]) -> bool:
 
 
 class PrefixMemo(Generic[S]):
-    """Remembers the state of the last few lists seen, to extend the longest one a new list begins with."""
+    """Remembers the state of the last few lists seen, to extend the longest one a new list begins with.
 
-    def __init__(self, size: int = 8) -> None:
+    Entries belong to a generation (of the scope that owns the memo) and are used only within it.
+    """
+
+    def __init__(self, size: int = 4) -> None:
         self._size = size
-        self._items: list[tuple[tuple[object, ...], S]] = []
+        self._items: list[tuple[int, tuple[object, ...], S]] = []
         self._lock = threading.Lock()
 
-    def longest_prefix(self, messages: Sequence[object]) -> tuple[int, S] | None:
+    def longest_prefix(self, messages: Sequence[object], generation: int) -> tuple[int, S] | None:
         with self._lock:
-            items = list(self._items)
-        best: tuple[int, S] | None = None
-        for prefix, state in items:
-            if (best is None or len(prefix) > best[0]) and begins_with(messages, prefix):
-                best = (len(prefix), state)
-        return best
+            items = sorted(
+                (item for item in self._items if item[0] == generation), key=lambda item: -len(item[1])
+            )
+        # Longest first: the first hit is the answer, so one full comparison usually decides.
+        for _, prefix, state in items:
+            if begins_with(messages, prefix):
+                return len(prefix), state
+        return None
 
-    def put(self, messages: Sequence[object], state: S) -> None:
+    def put(self, messages: Sequence[object], state: S, generation: int) -> None:
         key = tuple(messages)
         with self._lock:
-            self._items = [*self._items[-(self._size - 1) :], (key, state)]
+            self._items = [*self._items, (generation, key, state)][-self._size :]
+
+    def forget(self, generation: int) -> None:
+        """Drop the entries of `generation` (it will not be used again)."""
+        with self._lock:
+            self._items = [item for item in self._items if item[0] != generation]

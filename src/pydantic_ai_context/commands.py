@@ -125,7 +125,8 @@ async def compact_result(
     summariser is a tool-less agent on `model` that reads the history as quoted data.
 
     The input comes back unchanged, with the reason, when the history is empty, the summariser
-    fails or times out, or its summary is empty or not smaller than the history.
+    fails or times out, or its summary is empty or not smaller than the history. A failure's
+    reason names the error type and HTTP status only, never the provider's response body.
     """
     check_messages(messages)
     original = list(messages)
@@ -146,7 +147,7 @@ async def compact_result(
         )
     except Exception as exc:  # a failed /compact leaves the history as it was
         return CompactResult(
-            messages=original, compacted=False, reason=f'the summariser failed: {exc!r}', **base
+            messages=original, compacted=False, reason=f'the summariser failed: {_failure(exc)}', **base
         )
     usage = {'summary_input_tokens': input_tokens, 'summary_output_tokens': output_tokens}
     if not text:
@@ -332,6 +333,18 @@ def history_stats(
         instructions_tokens=instructions,
         tools_tokens=overhead.tools_tokens if overhead is not None else 0,
     )
+
+
+def _failure(exc: BaseException) -> str:
+    """What went wrong, without what the provider sent back: an error body can quote the request
+    (the conversation) or hold account details, and a reason is shown and logged."""
+    if isinstance(exc, TimeoutError):
+        return 'timed out'
+    status = getattr(exc, 'status_code', None)
+    name = type(exc).__name__
+    if isinstance(status, int):
+        return f'{name} (HTTP {status}{", rate limited" if status == 429 else ""})'
+    return name
 
 
 def _without_system(message: ModelMessage) -> ModelMessage:

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
 
-from . import _parts
-from ._prefix import PrefixMemo
+from . import _memo, _parts, _scope
 from .errors import HistoryIntegrityError
 
 __all__ = (
@@ -48,6 +48,7 @@ RepairKind = Literal[
     'merged_responses',
     'leading_response',
     'trailing_response',
+    'opaque_arguments',
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -142,23 +143,27 @@ def check_messages(messages: Sequence[Any]) -> None:
     """Raise `HistoryIntegrityError` naming the index of anything that is not a pydantic-ai message."""
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise HistoryIntegrityError(None, f'expected a list of ModelMessage, got {type(messages).__name__}')
-    # Checked once per message object: a log is the previous log plus a few messages.
-    found = _CHECKED.longest_prefix(messages)
+    # During a compile, checked once per message: a log is the previous log plus a few messages.
+    memo = _scope.scope_prefix_memo('integrity.checked')
+    found = memo[0].longest_prefix(messages, memo[1]) if memo is not None else None
     start = found[0] if found is not None else 0
-    for i in range(start, len(messages)):
-        m = messages[i]
-        if not isinstance(m, ModelRequest | ModelResponse):
-            raise HistoryIntegrityError(
-                i, f'expected a ModelRequest or ModelResponse, got {type(m).__name__}'
-            )
-        # `type(...) is list` first: the ABC check is slow, and this runs on every message per compile.
-        if type(m.parts) is not list and not isinstance(m.parts, Sequence):
-            raise HistoryIntegrityError(i, f'parts must be a sequence, got {type(m.parts).__name__}')
-    if start < len(messages):
-        _CHECKED.put(messages, True)
+    rest = messages[start:] if start else messages
+    # The common case in two passes in C: plain messages holding lists of parts.
+    if not (set(map(type, rest)) <= _MESSAGE_TYPES and set(map(type, map(_PARTS, rest))) <= {list}):
+        for i in range(start, len(messages)):
+            m = messages[i]
+            if not isinstance(m, ModelRequest | ModelResponse):
+                raise HistoryIntegrityError(
+                    i, f'expected a ModelRequest or ModelResponse, got {type(m).__name__}'
+                )
+            if not isinstance(m.parts, Sequence) or isinstance(m.parts, str | bytes):
+                raise HistoryIntegrityError(i, f'parts must be a sequence, got {type(m.parts).__name__}')
+    if memo is not None and start < len(messages):
+        memo[0].put(messages, True, memo[1])
 
 
-_CHECKED: PrefixMemo[bool] = PrefixMemo(size=16)
+_MESSAGE_TYPES: Final = frozenset({ModelRequest, ModelResponse})
+_PARTS: Final = operator.attrgetter('parts')
 
 
 def analyze_pairs(messages: Sequence[ModelMessage]) -> PairingReport:
@@ -283,7 +288,9 @@ def normalize_with_repairs(messages: Sequence[ModelMessage]) -> tuple[list[Model
       as are repeated call ids within one response and repeated results for one call;
     - calls without a result get a synthetic result saying so (`outcome='interrupted'` on
       pydantic-ai 2.x), in the next request or, after the last response, in a new request;
-    - a trailing response without calls is left out (a model request must end with a request).
+    - a trailing response without calls is left out (a model request must end with a request);
+    - tool-call arguments nested deeper than `MAX_ARGUMENTS_DEPTH` (200) levels are sent as their
+      JSON text: nothing here, in pydantic-ai or in a provider SDK, has to walk them recursively.
 
     Raises:
         HistoryIntegrityError: an element is not a `ModelRequest`/`ModelResponse`.
@@ -298,6 +305,7 @@ def normalize_with_repairs(messages: Sequence[ModelMessage]) -> tuple[list[Model
     for _ in range(len(slots) + 2):
         before = len(repairs)
         slots = _drop_empty(slots, repairs)
+        slots = _opaque_arguments(slots, repairs)
         slots = _merge_adjacent(slots, repairs)
         slots = _drop_leading_responses(slots, repairs)
         slots = _pair(slots, repairs)
@@ -342,60 +350,58 @@ def normalize(
     return view
 
 
-_Shape = tuple[bool, tuple[str, ...], tuple[str, ...]]
-"""(has parts, tool call ids, tool result ids) of one message."""
+_Shape = tuple[bool, tuple[str, ...], tuple[str, ...], bool]
+"""(has parts, tool call ids, tool result ids, has arguments too deep to send as they are) of one message."""
 
-_SHAPES: dict[int, tuple[ModelMessage, _Shape]] = {}
-_SHAPES_SIZE = 100_000
+_SHAPES: _memo.ObjectMemo[_Shape] = _memo.ObjectMemo(max_bytes=16 * 1024 * 1024, fields=_memo.PARTS_FIELDS)
+"""Shapes of the messages seen, while they live unchanged (at most 16 MiB)."""
 
 
 def _shape(message: ModelMessage) -> _Shape:
-    # Messages of a log are the same objects from one compile to the next and are never changed
-    # in place; remembering their shape (holding the object, so its id is not reused) makes the
-    # validity check a pass over tuples.
-    found = _SHAPES.get(id(message))
-    if found is not None and found[0] is message:
-        return found[1]
+    # Messages of a log are the same objects from one compile to the next: remembering their
+    # shape makes the validity check a pass over tuples. The memo checks the message was not
+    # edited in place (pydantic-ai reassigns the parts of the request it is about to send).
+    found = _SHAPES.get(message)
+    if found is not None:
+        return found
     parts: list[Any] = list(message.parts)
     if isinstance(message, ModelRequest):
-        shape: _Shape = (bool(parts), (), tuple(p.tool_call_id for p in parts if _parts.is_tool_result(p)))
+        results = tuple(p.tool_call_id for p in parts if _parts.is_tool_result(p))
+        shape: _Shape = (bool(parts), (), results, False)
     else:
-        shape = (bool(parts), tuple(p.tool_call_id for p in parts if _parts.is_tool_call(p)), ())
-    if len(_SHAPES) >= _SHAPES_SIZE:
-        _SHAPES.clear()
-    _SHAPES[id(message)] = (message, shape)
-    return shape
+        calls = [p for p in parts if _parts.is_tool_call(p)]
+        deep = any(_parts.arguments_too_deep(p) for p in calls)
+        shape = (bool(parts), tuple(p.tool_call_id for p in calls), (), deep)
+    return _SHAPES.put(message, shape, size=sum(map(len, shape[1] + shape[2])))
 
 
 def _already_valid(messages: Sequence[ModelMessage]) -> bool:
     """One cheap pass answering "would normalize change anything?" (the common case: no)."""
     if not messages:
         return True
-    # A valid list is remembered without its newest request (which pydantic-ai may still fill in
-    # place): a longer list that begins with it is checked from there on.
-    found = _VALID_PREFIXES.longest_prefix(messages)
+    # During a compile, a valid list is remembered without its newest request (which pydantic-ai
+    # may still fill in): a longer list that begins with it is checked from there on.
+    memo = _scope.scope_prefix_memo('integrity.valid')
+    found = memo[0].longest_prefix(messages, memo[1]) if memo is not None else None
     start, (expect_request, calls) = found if found is not None else (0, (True, ()))
     for i in range(start, len(messages)):
         message = messages[i]
         if isinstance(message, ModelRequest) is not expect_request:
             return False
-        has_parts, call_ids, result_ids = _shape(message)
-        if not has_parts:
+        has_parts, call_ids, result_ids, deep = _shape(message)
+        if not has_parts or deep:
             return False
         if expect_request:
             if len(result_ids) != len(calls) or set(result_ids) != set(calls):
                 return False
         elif len(set(call_ids)) != len(call_ids):
             return False
-        if i == len(messages) - 1 and expect_request:
-            _VALID_PREFIXES.put(messages[:-1], (True, calls))
+        if i == len(messages) - 1 and expect_request and memo is not None:
+            memo[0].put(messages[:-1], (True, calls), memo[1])
         calls = call_ids
         expect_request = not expect_request
     # A valid view ends with a request: after it we expect a response.
     return not expect_request
-
-
-_VALID_PREFIXES: PrefixMemo[tuple[bool, tuple[str, ...]]] = PrefixMemo(size=16)
 
 
 def validate_view(messages: Sequence[ModelMessage]) -> None:
@@ -436,6 +442,48 @@ def _drop_empty(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
         else:
             out.append(slot)
     return out
+
+
+def _opaque_arguments(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
+    out: list[_Slot] = []
+    for slot in slots:
+        message = slot.message
+        if isinstance(message, ModelResponse) and _shape(message)[3]:
+            # The same copy every compile, so what is remembered about it stays warm.
+            copy = _memo.remembered_copy(
+                _AS_TEXT, message, None, _with_arguments_as_text, message, size=_parts_text_size
+            )
+            for part in message.parts:
+                if _parts.is_tool_call(part) and _parts.arguments_too_deep(part):
+                    repairs.append(
+                        Repair(
+                            kind='opaque_arguments',
+                            index=slot.index,
+                            detail=f'arguments of call {part.tool_call_id!r} ({part.tool_name}) are nested deeper '
+                            f'than {_parts.MAX_ARGUMENTS_DEPTH} levels; sent as their JSON text',
+                            tool_call_id=part.tool_call_id,
+                        )
+                    )
+            slot = _Slot(copy, slot.sources)
+        out.append(slot)
+    return out
+
+
+_AS_TEXT: _memo.ObjectMemo[Any] = _memo.ObjectMemo(max_bytes=16 * 1024 * 1024)
+
+
+def _parts_text_size(message: ModelMessage) -> int:
+    return sum(len(_parts.args_text(p)) for p in _parts.tool_calls(message))
+
+
+def _with_arguments_as_text(message: ModelResponse) -> ModelResponse:
+    parts = [
+        dataclasses.replace(p, args=_parts.json_text(p.args))
+        if _parts.is_tool_call(p) and _parts.arguments_too_deep(p)
+        else p
+        for p in message.parts
+    ]
+    return dataclasses.replace(message, parts=parts)
 
 
 def _merge_adjacent(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:

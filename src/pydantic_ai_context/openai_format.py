@@ -13,15 +13,20 @@ The mapping:
 | `system`, `developer` | `SystemPromptPart` (the request's metadata remembers which were `developer`) |
 | `user` (str or `text` / `image_url` / `input_audio` / `file` parts) | `UserPromptPart` |
 | `assistant` | one `ModelResponse`: a `TextPart` per text (or refusal), a `ToolCallPart` per tool call |
+| `assistant` with the legacy `function_call` | a `ToolCallPart` with the id `function_call_<index>` |
 | `tool` | `ToolReturnPart` (the tool name is looked up from the call with the same `tool_call_id`) |
+| legacy `function` (a result by `name`) | `ToolReturnPart` answering the oldest unanswered legacy call of that name |
 
-Going back, each request part becomes one message; `RetryPromptPart`s become `tool` messages
+Going back, each request part becomes one message (legacy function calls and results come back
+as `tool_calls` and `tool` messages, with their ids); `RetryPromptPart`s become `tool` messages
 (or `user` messages when they answer no call, like 2.x `RetryFeedbackPart`s) carrying the
 retry text; a tool return whose content
 is not a str is sent as JSON. Parts the chat format cannot carry are left out: thinking, built-in
 tool calls and returns, files in responses, and framework parts this module does not know (the
 conversion is lossy in that direction only for what a chat-completions request could not hold
-anyway). User content the format cannot express (e.g. a `DocumentUrl`) raises `ValueError`.
+anyway). User content the format cannot express (e.g. a `DocumentUrl`) raises `HistoryIntegrityError`
+(a `ValueError`) naming the message, as does any malformed dict (an unknown role, a data URI whose
+base64 does not decode): nothing is dropped silently.
 
 Conversion is deterministic: parts get a fixed timestamp (`CONVERTED_AT`, or the one you pass),
 so converting the same dicts twice gives equal messages, and cached summaries keyed by message
@@ -31,9 +36,13 @@ content keep matching when a framework sends its whole history again.
 from __future__ import annotations
 
 import base64
+import binascii
+import collections
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
+from urllib.parse import unquote_to_bytes
 
 from pydantic_ai.messages import (
     BinaryContent,
@@ -49,10 +58,15 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from .errors import HistoryIntegrityError
+
 __all__ = ('CONVERTED_AT', 'OPENAI_ROLES', 'from_openai', 'to_openai')
 
-OPENAI_ROLES: Final = frozenset({'system', 'developer', 'user', 'assistant', 'tool'})
-"""The roles `from_openai` accepts."""
+OPENAI_ROLES: Final = frozenset({'system', 'developer', 'user', 'assistant', 'tool', 'function'})
+"""The roles `from_openai` accepts (`function`: results of the legacy `function_call`)."""
+
+LEGACY_CALL_ID: Final = 'function_call_{index}'
+"""The `tool_call_id` `from_openai` gives the legacy `function_call` of the assistant message at `index`."""
 
 CONVERTED_AT: Final = datetime(1970, 1, 1, tzinfo=UTC)
 """The timestamp `from_openai` gives parts when none is passed: fixed, so conversion is deterministic."""
@@ -80,9 +94,11 @@ def from_openai(
 ) -> list[ModelMessage]:
     """Convert OpenAI chat-format message dicts to a pydantic-ai message history.
 
-    Consecutive non-assistant messages (system, developer, user, tool) become one `ModelRequest`;
-    each assistant message becomes one `ModelResponse`. A dict without `role`, with an unknown
-    role, or with a malformed field raises `ValueError` naming its index.
+    Consecutive non-assistant messages (system, developer, user, tool, function) become one
+    `ModelRequest`; each assistant message becomes one `ModelResponse`, its legacy `function_call`
+    a tool call with the id `function_call_<index>` that the next `function` message of that name
+    answers. A dict without `role`, with an unknown role, or with a malformed field (a data URI
+    whose base64 does not decode, too) raises `HistoryIntegrityError` (a `ValueError`) naming its index.
 
     A tool message gets its tool name from the assistant message that made the call; pass
     `tool_names` (tool name by `tool_call_id`) for calls made before `messages`, e.g. when
@@ -115,6 +131,7 @@ def from_openai(
     request_parts: list[Any] = []
     developer: list[int] = []
     call_names: dict[str, str] = dict(tool_names or {})
+    legacy_calls: dict[str, collections.deque[str]] = collections.defaultdict(collections.deque)
 
     def flush() -> None:
         if request_parts:
@@ -125,15 +142,17 @@ def from_openai(
 
     for index, item in enumerate(messages):
         if not isinstance(item, Mapping):
-            raise ValueError(f'message {index}: expected a dict with a role, got {type(item).__name__}')
+            raise HistoryIntegrityError(index, f'expected a dict with a role, got {type(item).__name__}')
         if 'role' not in item:
-            raise ValueError(f'message {index}: missing "role" (one of {_roles()})')
+            raise HistoryIntegrityError(index, f'missing "role" (one of {_roles()})')
         role = item['role']
-        if role not in OPENAI_ROLES:
-            raise ValueError(f'message {index}: unknown role {role!r}; expected one of {_roles()}')
+        if not isinstance(role, str) or role not in OPENAI_ROLES:
+            raise HistoryIntegrityError(index, f'unknown role {role!r}; expected one of {_roles()}')
         if role == 'assistant':
             flush()
-            out.append(_response(index, item, stamp, call_names))
+            out.append(_response(index, item, stamp, call_names, legacy_calls))
+        elif role == 'function':
+            request_parts.append(_function_return(index, item, stamp, legacy_calls))
         elif role in ('system', 'developer'):
             if role == 'developer':
                 developer.append(len(request_parts))
@@ -162,12 +181,12 @@ def _text_content(index: int, content: Any, role: str) -> str:
             if isinstance(item, Mapping) and item.get('type') == 'text' and isinstance(item.get('text'), str):
                 texts.append(item['text'])
             else:
-                raise ValueError(
-                    f'message {index}: {role} content part {n} must be a text part, got {item!r}'
+                raise HistoryIntegrityError(
+                    index, f'{role} content part {n} must be a text part, got {item!r}'
                 )
         return '\n\n'.join(texts)
-    raise ValueError(
-        f'message {index}: {role} content must be a str or a list of text parts, got {content!r}'
+    raise HistoryIntegrityError(
+        index, f'{role} content must be a str or a list of text parts, got {content!r}'
     )
 
 
@@ -175,38 +194,58 @@ def _user_content(index: int, content: Any) -> str | list[Any]:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise ValueError(f'message {index}: user content must be a str or a list of parts, got {content!r}')
+        raise HistoryIntegrityError(index, f'user content must be a str or a list of parts, got {content!r}')
     items: list[Any] = []
     for n, part in enumerate(content):
         kind = part.get('type') if isinstance(part, Mapping) else None
-        where = f'message {index}: user content part {n}'
         try:
             if kind == 'text':
                 items.append(_required_str(part, 'text'))
             elif kind == 'image_url':
                 url = _required_str(part.get('image_url') or {}, 'url')
-                items.append(
-                    BinaryContent.from_data_uri(url) if url.startswith('data:') else ImageUrl(url=url)
-                )
+                items.append(_from_data_uri(url) if url.startswith('data:') else ImageUrl(url=url))
             elif kind == 'input_audio':
                 audio = part.get('input_audio') or {}
                 fmt = _required_str(audio, 'format')
                 media_type = _AUDIO_FORMATS.get(fmt, f'audio/{fmt}')
-                items.append(
-                    BinaryContent(data=base64.b64decode(_required_str(audio, 'data')), media_type=media_type)
-                )
+                items.append(BinaryContent(data=_base64(_required_str(audio, 'data')), media_type=media_type))
             elif kind == 'file':
                 file = part.get('file') or {}
                 if 'file_data' not in file:
                     raise ValueError(
                         'only inline files ("file_data") can be converted, not uploaded file ids'
                     )
-                items.append(BinaryContent.from_data_uri(_required_str(file, 'file_data')))
+                items.append(_from_data_uri(_required_str(file, 'file_data')))
             else:
                 raise ValueError(f'unknown content part type {kind!r}')
         except (ValueError, TypeError, KeyError) as e:
-            raise ValueError(f'{where}: {e}') from e
+            raise HistoryIntegrityError(index, f'user content part {n}: {e}') from e
     return items
+
+
+_WHITESPACE: Final = re.compile(rb'\s+')
+
+
+def _base64(data: str | bytes) -> bytes:
+    """Strictly decoded base64 (whitespace allowed): a payload that does not decode is an error, never b''."""
+    raw = data.encode('ascii', 'replace') if isinstance(data, str) else data
+    try:
+        decoded = base64.b64decode(_WHITESPACE.sub(b'', raw), validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ValueError(f'the base64 data does not decode ({e})') from e
+    if not decoded:
+        raise ValueError('the base64 data is empty')
+    return decoded
+
+
+def _from_data_uri(uri: str) -> BinaryContent:
+    """`BinaryContent.from_data_uri`, except that data which is not valid base64 raises."""
+    if not uri.startswith('data:') or ';base64,' not in uri:
+        raise ValueError('a data URI must look like "data:<media type>;base64,<data>"')
+    media_type, data = uri[len('data:') :].split(';base64,', 1)
+    return BinaryContent.narrow_type(
+        BinaryContent(data=_base64(unquote_to_bytes(data)), media_type=media_type)
+    )
 
 
 def _required_str(mapping: Any, key: str) -> str:
@@ -217,7 +256,11 @@ def _required_str(mapping: Any, key: str) -> str:
 
 
 def _response(
-    index: int, item: Mapping[str, Any], stamp: datetime, call_names: dict[str, str]
+    index: int,
+    item: Mapping[str, Any],
+    stamp: datetime,
+    call_names: dict[str, str],
+    legacy_calls: dict[str, collections.deque[str]],
 ) -> ModelResponse:
     parts: list[Any] = []
     content = item.get('content')
@@ -229,36 +272,71 @@ def _response(
             if kind in ('text', 'refusal') and isinstance(piece.get(kind), str):
                 parts.append(TextPart(content=piece[kind]))
             else:
-                raise ValueError(
-                    f'message {index}: assistant content part {n} must be a text part, got {piece!r}'
+                raise HistoryIntegrityError(
+                    index, f'assistant content part {n} must be a text part, got {piece!r}'
                 )
     elif content is not None:
-        raise ValueError(f'message {index}: assistant content must be a str, a list or None, got {content!r}')
+        raise HistoryIntegrityError(
+            index, f'assistant content must be a str, a list or None, got {content!r}'
+        )
     refusal = item.get('refusal')
     if isinstance(refusal, str) and refusal:
         parts.append(TextPart(content=refusal))
     tool_calls = item.get('tool_calls') or []
     if not isinstance(tool_calls, list):
-        raise ValueError(f'message {index}: "tool_calls" must be a list, got {tool_calls!r}')
+        raise HistoryIntegrityError(index, f'"tool_calls" must be a list, got {tool_calls!r}')
     for n, call in enumerate(tool_calls):
-        where = f'message {index}: tool call {n}'
+        where = f'tool call {n}'
         if not isinstance(call, Mapping) or call.get('type', 'function') != 'function':
-            raise ValueError(
-                f'{where}: only function calls ({{"type": "function", ...}}) are supported, got {call!r}'
+            raise HistoryIntegrityError(
+                index,
+                f'{where}: only function calls ({{"type": "function", ...}}) are supported, got {call!r}',
             )
         function = call.get('function')
         call_id = call.get('id')
         if not isinstance(call_id, str) or not isinstance(function, Mapping):
-            raise ValueError(f'{where}: needs an "id" str and a "function" dict, got {call!r}')
-        name = function.get('name')
-        arguments = function.get('arguments', '{}')
-        if not isinstance(name, str) or not isinstance(arguments, str | dict):
-            raise ValueError(
-                f'{where}: function needs a "name" str and "arguments" (a JSON str), got {function!r}'
+            raise HistoryIntegrityError(
+                index, f'{where}: needs an "id" str and a "function" dict, got {call!r}'
             )
+        name, arguments = _function(index, where, function)
         call_names[call_id] = name
         parts.append(ToolCallPart(tool_name=name, args=arguments, tool_call_id=call_id))
+    legacy = item.get('function_call')
+    if legacy is not None:
+        # The deprecated single call (before `tool_calls`): it has no id, so it gets one from its position.
+        if not isinstance(legacy, Mapping):
+            raise HistoryIntegrityError(index, f'"function_call" must be a dict, got {legacy!r}')
+        name, arguments = _function(index, 'function_call', legacy)
+        call_id = LEGACY_CALL_ID.format(index=index)
+        call_names[call_id] = name
+        legacy_calls[name].append(call_id)
+        parts.append(ToolCallPart(tool_name=name, args=arguments, tool_call_id=call_id))
     return ModelResponse(parts=parts, timestamp=stamp)
+
+
+def _function(index: int, where: str, function: Mapping[str, Any]) -> tuple[str, str | dict[str, Any]]:
+    name = function.get('name')
+    arguments = function.get('arguments', '{}')
+    if not isinstance(name, str) or not isinstance(arguments, str | dict):
+        raise HistoryIntegrityError(
+            index, f'{where}: function needs a "name" str and "arguments" (a JSON str), got {function!r}'
+        )
+    return name, arguments
+
+
+def _function_return(
+    index: int, item: Mapping[str, Any], stamp: datetime, legacy_calls: dict[str, collections.deque[str]]
+) -> ToolReturnPart:
+    name = item.get('name')
+    if not isinstance(name, str):
+        raise HistoryIntegrityError(index, f'a function message needs a "name" str, got {name!r}')
+    pending = legacy_calls.get(name)
+    if not pending:
+        raise HistoryIntegrityError(
+            index, f'function message {name!r} answers no earlier assistant "function_call" of that name'
+        )
+    content = _text_content(index, item.get('content'), 'function')
+    return ToolReturnPart(tool_name=name, content=content, tool_call_id=pending.popleft(), timestamp=stamp)
 
 
 def _tool_return(
@@ -266,12 +344,13 @@ def _tool_return(
 ) -> ToolReturnPart:
     call_id = item.get('tool_call_id')
     if not isinstance(call_id, str):
-        raise ValueError(f'message {index}: a tool message needs a "tool_call_id" str, got {call_id!r}')
+        raise HistoryIntegrityError(index, f'a tool message needs a "tool_call_id" str, got {call_id!r}')
     name = item.get('name') if isinstance(item.get('name'), str) else call_names.get(call_id)
     if name is None:
-        raise ValueError(
-            f'message {index}: tool message answers tool_call_id {call_id!r}, which no earlier assistant message '
-            'called (and the message has no "name")'
+        raise HistoryIntegrityError(
+            index,
+            f'tool message answers tool_call_id {call_id!r}, which no earlier assistant message '
+            'called (and the message has no "name")',
         )
     content = _text_content(index, item.get('content'), 'tool')
     return ToolReturnPart(tool_name=name, content=content, tool_call_id=call_id, timestamp=stamp)
@@ -308,8 +387,8 @@ def to_openai(
         elif isinstance(message, ModelResponse):
             out.append(_response_dict(message))
         else:
-            raise ValueError(
-                f'message {index}: expected a ModelRequest or ModelResponse, got {type(message).__name__}'
+            raise HistoryIntegrityError(
+                index, f'expected a ModelRequest or ModelResponse, got {type(message).__name__}'
             )
     return out
 
@@ -364,9 +443,9 @@ def _user_content_dicts(index: int, n: int, content: Any) -> str | list[dict[str
         elif getattr(item, 'kind', None) == 'cache-point':
             continue  # a provider caching hint, not content
         else:
-            raise ValueError(
-                f'message {index}: user prompt part {n} holds {type(item).__name__}, which the OpenAI chat format '
-                'cannot carry'
+            raise HistoryIntegrityError(
+                index,
+                f'user prompt part {n} holds {type(item).__name__}, which the OpenAI chat format cannot carry',
             )
     return out
 

@@ -31,6 +31,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from . import _registry, _tracing
 from ._overflow import Overflow, context_overflow
 from ._parts import PYDANTIC_AI_MAJOR
+from ._scope import MemoScope, compiling, suspended
 from .archive import ContextArchive, ReadbackStore
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
 from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
@@ -159,6 +160,8 @@ class ContextProfile(AbstractCapability[Any]):
     # The latest view and its run id: what that request was sent, to anchor the next gauge on the
     # provider's usage (see `tokens.measure_context`).
     _last_sent: tuple[str | None, list[ModelMessage]] | None = field(default=None, init=False, compare=False)
+    # The incremental state of the chain (see `_scope.MemoScope`): released with the profile.
+    _scope: MemoScope = field(default_factory=MemoScope, init=False, compare=False)
     _archive: ContextArchive | None = field(default=None, init=False, compare=False)
     _toolsets: dict[bool, FunctionToolset[Any]] = field(default_factory=dict, init=False, compare=False)
     # Runs whose view has shown a marker: the instruction stays for the rest of the run.
@@ -289,24 +292,26 @@ class ContextProfile(AbstractCapability[Any]):
             self._record(event)
             await self._dispatch(event)
 
-        view = await compile_view(
-            messages, self.steps, context, on_event=on_event, count_tokens=bool(self.event_handlers)
-        )
-        self._last_compile_id = compile_id
-        _tracing.record_compaction(
-            _tracing.tracer_for(ctx),
-            start_time=start_time,
-            profile=self.name,
-            events=happened,
-            messages_before=len(messages),
-            messages_after=len(view),
-            count_tokens=lambda: (counter.count_messages(messages), counter.count_messages(view)),
-            run_id=run_id,
-            compile_id=compile_id,
-        )
-        usage = self._measure(
-            view, messages, budget, counter, overhead=overhead, run_id=run_id, compile_id=compile_id
-        )
+        with compiling(self._scope, messages) as generation:
+            view = await compile_view(
+                messages, self.steps, context, on_event=on_event, count_tokens=bool(self.event_handlers)
+            )
+            self._last_compile_id = compile_id
+            _tracing.record_compaction(
+                _tracing.tracer_for(ctx),
+                start_time=start_time,
+                profile=self.name,
+                events=happened,
+                messages_before=len(messages),
+                messages_after=len(view),
+                count_tokens=lambda: (counter.count_messages(messages), counter.count_messages(view)),
+                run_id=run_id,
+                compile_id=compile_id,
+            )
+            usage = self._measure(
+                view, messages, budget, counter, overhead=overhead, run_id=run_id, compile_id=compile_id
+            )
+            self._scope.seal(generation, view)
         self.last_usage = usage
         self.last_overhead = overhead
         self._last_sent = (run_id, view)
@@ -377,9 +382,11 @@ class ContextProfile(AbstractCapability[Any]):
         """Send `event` to every handler; a handler that raises is logged, never propagated."""
         for handler in self.event_handlers:
             try:
-                result = handler(event)
-                if inspect.isawaitable(result):
-                    await result
+                # The handler is the application's code: the profile's incremental state is not for it.
+                with suspended():
+                    result = handler(event)
+                    if inspect.isawaitable(result):
+                        await result
             except Exception:
                 self._handler_failed(handler, event)
 

@@ -14,12 +14,10 @@ with one [`ContextWarning`][pydantic_ai_context.errors.ContextWarning] per proce
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import hashlib
 import math
-import operator
 import os
 import re
 import tempfile
@@ -31,8 +29,9 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_chec
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
+from ._memo import ENTRY_BYTES, VALUE_BYTES, ObjectMemo
 from ._parts import content_items, is_binary_item, part_text
-from ._prefix import PrefixMemo
+from ._scope import scope_prefix_memo
 from .errors import ContextWarning
 
 if TYPE_CHECKING:
@@ -70,7 +69,8 @@ guess so that attachments are never counted as free.
 """
 
 DEFAULT_CACHE_SIZE: Final = 50_000
-"""Messages remembered per counter (least recently used are forgotten first)."""
+"""Messages remembered per counter, least recently used forgotten first (about 0.5 KB each, so at most
+about 25 MB). The memo holds messages weakly: a freed message is forgotten at once."""
 
 LOAD_TIMEOUT_SECONDS: Final = 3.0
 """The longest an encoding load may take before the counter gives up on it and falls back."""
@@ -127,13 +127,13 @@ class CacheInfo(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    # A strong reference to the message keeps its id from being reused while the entry lives;
-    # the parts tuple and the instructions object detect a message whose parts were replaced.
-    message: ModelMessage
-    parts: tuple[Any, ...]
-    instructions: str | None
     parts_tokens: int
+    instructions: str | None
     instructions_tokens: int
+
+
+_COUNTED_FIELDS: Final = ('parts', 'instructions')
+"""A count reads a message's parts and instructions only."""
 
 
 class _MessageCounter:
@@ -146,11 +146,13 @@ class _MessageCounter:
         if cache_size < 0:
             raise ValueError(f'cache_size must be >= 0, got {cache_size}')
         self._cache_size = cache_size
-        self._memo: collections.OrderedDict[int, _Entry] = collections.OrderedDict()
+        # Weakly keyed: a counter (even the process-wide `default_counter`) never keeps a message alive.
+        self._memo: ObjectMemo[_Entry] = ObjectMemo(
+            max_entries=cache_size, max_bytes=cache_size * (ENTRY_BYTES + VALUE_BYTES), fields=_COUNTED_FIELDS
+        )
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
-        self._totals: PrefixMemo[tuple[int, int | None]] = PrefixMemo()
 
     def count_text(self, text: str) -> int:  # pragma: no cover - every subclass overrides it
         raise NotImplementedError
@@ -170,10 +172,11 @@ class _MessageCounter:
         Each message counts as in `count_message`, except instructions: a model is sent the
         instructions of the newest request that has them, so only those are counted, once.
         """
-        # A request is usually the previous one plus a few messages: extend the total of the
-        # previous list. Its last message is counted again: pydantic-ai fills in the request it
-        # sends after compiling, so that one may have changed in place (`_entry` checks its parts).
-        found = self._totals.longest_prefix(messages)
+        # During a compile a request is usually the previous one plus a few messages: extend the
+        # total of the previous list. Its last message is counted again: pydantic-ai fills in the
+        # request it sends after compiling, so that one may have changed in place.
+        memo = scope_prefix_memo(('tokens.totals', self))
+        found = memo[0].longest_prefix(messages, memo[1]) if memo is not None else None
         start, (total, instructions_tokens) = found if found is not None else (0, (0, None))
         running, running_instructions = total, instructions_tokens
         for i in range(start, len(messages)):
@@ -183,8 +186,8 @@ class _MessageCounter:
             running += entry.parts_tokens
             if entry.instructions is not None:
                 running_instructions = entry.instructions_tokens
-        if start < len(messages):
-            self._totals.put(messages[:-1], (total, instructions_tokens))
+        if memo is not None and start < len(messages):
+            memo[0].put(messages[:-1], (total, instructions_tokens), memo[1])
         return running + (running_instructions or 0)
 
     def cache_info(self) -> CacheInfo:
@@ -197,41 +200,23 @@ class _MessageCounter:
         with self._lock:
             self._memo.clear()
             self._hits = self._misses = 0
-        self._totals = PrefixMemo()
 
     def _entry(self, message: ModelMessage) -> _Entry:
-        parts = tuple(message.parts)
-        instructions = message.instructions if isinstance(message, ModelRequest) else None
-        key = id(message)
-        with self._lock:
-            found = self._memo.get(key)
-            if (
-                found is not None
-                and found.message is message
-                and found.instructions is instructions
-                and len(found.parts) == len(parts)
-                and all(map(operator.is_, found.parts, parts))
-            ):
-                self._memo.move_to_end(key)
-                self._hits += 1
-                return found
-            self._misses += 1
-        # Counting happens outside the lock: encoding long text is the slow part and may run in
+        found = self._memo.get(message)
+        if found is not None:
+            self._hits += 1
+            return found
+        self._misses += 1
+        # Counting happens outside any lock: encoding long text is the slow part and may run in
         # parallel threads; two threads counting the same new message just store the same entry.
+        parts = list(message.parts)
+        instructions = message.instructions if isinstance(message, ModelRequest) else None
         entry = _Entry(
-            message=message,
-            parts=parts,
-            instructions=instructions,
             parts_tokens=MESSAGE_OVERHEAD_TOKENS + sum(self._part_tokens(part) for part in parts),
+            instructions=instructions,
             instructions_tokens=self.count_text(instructions) if instructions else 0,
         )
-        if self._cache_size:
-            with self._lock:
-                self._memo[key] = entry
-                self._memo.move_to_end(key)
-                while len(self._memo) > self._cache_size:
-                    self._memo.popitem(last=False)
-        return entry
+        return self._memo.put(message, entry)
 
     def _part_tokens(self, part: Any) -> int:
         if getattr(part, 'part_kind', None) in _UNSENT_PART_KINDS:
@@ -592,9 +577,10 @@ class TiktokenCounter(_MessageCounter):
     estimate with one `ContextWarning` per process. `name` says which backend counts and `exact`
     whether it is the requested encoding. Loaded encodings are shared by the whole process.
 
-    Messages are memoised by identity, so counting a view again after appending to it encodes only
-    the new messages. This assumes messages are not changed in place (this package never does;
-    `dataclasses.replace` makes a new message, which is counted afresh).
+    Messages are memoised per object, so counting a view again after appending to it encodes only
+    the new messages. A message whose parts or instructions were reassigned since (pydantic-ai fills
+    in the request it sends that way) is counted afresh, and the memo holds messages weakly: it never
+    keeps a conversation in memory.
 
     Example:
         ```python
@@ -650,6 +636,9 @@ _DEFAULT_COUNTERS_LOCK: Final = threading.Lock()
 
 def default_counter(model: str | Model | None = None) -> TiktokenCounter:
     """The process-wide `TiktokenCounter` for a model's encoding, so that its memo is shared.
+
+    Sharing is safe: the memo holds messages weakly (a freed conversation is forgotten at once) and
+    counts a message edited in place afresh. A profile's incremental totals live in the profile.
 
     Example:
         ```python

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
 
 from .._prefix import begins_with
+from .._scope import MemoScope, active_generation, compiling
 from ..tokens import default_counter
 from ..views import CompileContext
 from ._frontier import counter_key
@@ -18,6 +19,16 @@ from ._frontier import counter_key
 def standalone_context(messages: Sequence[ModelMessage]) -> CompileContext:
     """The context a policy gets when it runs on its own, outside a profile."""
     return CompileContext(counter=default_counter(None), log=messages)
+
+
+def standalone_scope(policy: object) -> MemoScope:
+    """The incremental state of a policy called on its own (inside a profile, the profile's is used)."""
+    found: MemoScope | None = getattr(policy, '_standalone_scope', None)
+    if found is None:
+        found = MemoScope(lineages=1)
+        # Not a dataclass field: a copy (`dataclasses.replace`) starts with state of its own.
+        object.__setattr__(policy, '_standalone_scope', found)
+    return found
 
 
 class SyncPolicy:
@@ -32,7 +43,11 @@ class SyncPolicy:
         raise NotImplementedError
 
     def __call__(self, messages: list[ModelMessage]) -> list[ModelMessage]:
-        return self.apply(list(messages), standalone_context(messages))
+        scope = standalone_scope(self)
+        with compiling(scope, messages) as generation:
+            view = self.apply(list(messages), standalone_context(messages))
+            scope.seal(generation, view)
+        return view
 
 
 class AsyncPolicy:
@@ -48,7 +63,11 @@ class AsyncPolicy:
         context.run_context = ctx
         context.model = getattr(ctx, 'model', None)
         context.run_id = getattr(ctx, 'run_id', None)
-        return await self.apply(list(messages), context)
+        scope = standalone_scope(self)
+        with compiling(scope, messages) as generation:
+            view = await self.apply(list(messages), context)
+            scope.seal(generation, view)
+        return view
 
 
 @dataclass
@@ -58,7 +77,9 @@ class LastCall:
     Between two moves of the compaction frontier a policy leaves the old prefix as it was and
     passes new messages through, so its output for `input + new` is `output + new`. Whether that
     holds is decided by `key` (everything else the output depends on: frontier, budget, counter,
-    run) and by object identity of the input prefix, so the shortcut is exact.
+    run), by object identity of the input prefix, and by the generation of the compile it was made
+    in: the scope of a compile checks that no message was edited in place since the previous one
+    (otherwise the generation changes), so the shortcut is exact. Outside a compile nothing is reused.
     """
 
     messages: tuple[ModelMessage, ...]
@@ -67,9 +88,16 @@ class LastCall:
     note: tuple[str, dict[str, Any]] | None = None
     extra: Any = None
     """Whatever else the policy needs to decide whether extending is exact."""
+    generation: int | None = field(default_factory=active_generation)
+    """The generation of the compile that made it (`None`: made outside any compile, never reused)."""
 
     def extended(self, messages: Sequence[ModelMessage], key: Hashable) -> list[ModelMessage] | None:
-        if key != self.key or not begins_with(messages, self.messages):
+        if (
+            self.generation is None
+            or self.generation != active_generation()
+            or key != self.key
+            or not begins_with(messages, self.messages)
+        ):
             return None
         return [*self.output, *messages[len(self.messages) :]]
 

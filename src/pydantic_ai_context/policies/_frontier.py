@@ -22,11 +22,13 @@ import math
 import operator
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar
+from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from pydantic_ai_context import _parts
+from pydantic_ai_context._memo import PART_FIELDS, PINNED_FIELDS, ObjectMemo
+from pydantic_ai_context._scope import scope_cache, scope_text_memo
 from pydantic_ai_context.budget import ContextBudget
 from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import CompileContext
@@ -42,38 +44,11 @@ __all__ = (
     'unresolved_failures',
 )
 
-_TEXT_TOKENS: dict[tuple[Hashable, str], int] = {}
-_TEXT_TOKENS_SIZE: Final = 16_384
+IdentityMemo = ObjectMemo
+"""Values computed from a message, held weakly and checked against the message's stamp (see `_memo`)."""
 
-V = TypeVar('V')
-
-
-class IdentityMemo(Generic[V]):
-    """Values computed from an object, remembered by the object's identity (plus a settings key).
-
-    The log's messages are the same objects from one compile to the next and are never changed
-    in place, so a policy can reuse what it computed (and even the new message it built, which
-    then keeps the token counter's memo warm). Entries hold the object, so its id is not reused.
-    """
-
-    def __init__(self, size: int = 20_000) -> None:
-        self._size = size
-        self._items: dict[tuple[int, Hashable], tuple[object, V]] = {}
-
-    def get(self, obj: object, key: Hashable = None) -> V | None:
-        found = self._items.get((id(obj), key))
-        if found is not None and found[0] is obj:
-            return found[1]
-        return None
-
-    def put(self, obj: object, value: V, key: Hashable = None) -> V:
-        if len(self._items) >= self._size:
-            self._items.clear()
-        self._items[(id(obj), key)] = (obj, value)
-        return value
-
-
-_NOMINAL: IdentityMemo[tuple[int, int]] = IdentityMemo()
+_NOMINAL: ObjectMemo[tuple[int, int]] = ObjectMemo(max_bytes=16 * 1024 * 1024, fields=PINNED_FIELDS)
+_PART_TOKENS: ObjectMemo[int] = ObjectMemo(max_bytes=16 * 1024 * 1024, fields=PART_FIELDS)
 
 
 def counter_key(counter: TokenCounter) -> Hashable:
@@ -83,14 +58,24 @@ def counter_key(counter: TokenCounter) -> Hashable:
 
 
 def _count_text(counter: TokenCounter, text: str) -> int:
-    # The counter memoises whole messages, not text; tool outputs are the same string objects
-    # from one compile to the next, and a string caches its hash, so this lookup is cheap.
-    key = (counter_key(counter), text)
-    found = _TEXT_TOKENS.get(key)
+    return counter.count_text(text) if text else 0
+
+
+def part_text_tokens(part: Any, counter: TokenCounter) -> int:
+    """The tokens of a part's text as it is now, remembered per part (tool outputs are the same
+    part objects from one compile to the next) while its content is unchanged, and during a compile
+    by text too (a file read twice is counted once; that memo goes with the conversation's state)."""
+    key = counter_key(counter)
+    found = _PART_TOKENS.get(part, key)
     if found is None:
-        if len(_TEXT_TOKENS) >= _TEXT_TOKENS_SIZE:
-            _TEXT_TOKENS.clear()
-        found = _TEXT_TOKENS[key] = counter.count_text(text) if text else 0
+        text = _parts.part_text(part)
+        by_text = scope_text_memo(('frontier.tokens', key))
+        found = by_text.get(text) if by_text is not None else None
+        if found is None:
+            found = _count_text(counter, text)
+            if by_text is not None:
+                by_text.put(text, found)
+        _PART_TOKENS.put(part, found, key)
     return found
 
 
@@ -101,7 +86,7 @@ def nominal_part_tokens(part: Any, counter: TokenCounter) -> int:
         original = record.get('tokens')
         if isinstance(original, int):
             return original
-    return _count_text(counter, _parts.part_text(part))
+    return part_text_tokens(part, counter)
 
 
 def observation_indices(messages: Sequence[ModelMessage]) -> list[int]:
@@ -196,17 +181,16 @@ class _Tally:
         return _Tally(tuple(messages), obs, hidden, tokens, total)
 
 
-_TALLIES: dict[Hashable, _Tally] = {}
-
-
 def _tally_of(messages: Sequence[ModelMessage], counter: TokenCounter | None, slot: Hashable) -> _Tally:
-    # Before each model request the log is the previous one plus a few messages: the tally of the
-    # previous compile is extended rather than rebuilt (checked by identity, so it is exact).
+    # Before each model request the log is the previous one plus a few messages: during a compile,
+    # the tally of the previous one is extended rather than rebuilt (by identity, within one
+    # generation of the compiling scope, so it is exact).
     empty = _Tally((), [], 0, [] if counter is not None else None, 0)
-    if slot is None:
+    tallies = scope_cache('frontier.tallies') if slot is not None else None
+    if tallies is None:
         return empty.extend(messages, counter)
     key = (slot, counter_key(counter) if counter is not None else None)
-    previous = _TALLIES.get(key)
+    previous: _Tally | None = tallies.get(key)
     if (
         previous is not None
         and len(previous.messages) <= len(messages)
@@ -215,9 +199,9 @@ def _tally_of(messages: Sequence[ModelMessage], counter: TokenCounter | None, sl
         tally = previous.extend(messages, counter)
     else:
         tally = empty.extend(messages, counter)
-    if len(_TALLIES) >= 256:
-        _TALLIES.clear()
-    _TALLIES[key] = tally
+    if len(tallies) >= 256:
+        tallies.clear()
+    tallies[key] = tally
     return tally
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import json
 import re
 import shlex
 from collections.abc import Callable, Sequence
@@ -21,6 +20,8 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolR
 
 from pydantic_ai_context import _markers, _parts
 from pydantic_ai_context._facts import call_summary
+from pydantic_ai_context._memo import PART_FIELDS, ObjectMemo
+from pydantic_ai_context._scope import scope_cache
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
@@ -115,8 +116,8 @@ _SHELL_WRITE_RE: Final = re.compile(
     r'>|\bsed\s{1,64}+(?:-\w{1,32}+\s{1,64}+){0,8}-i|\btee\b|\bmv\b|\bcp\b|\brm\b|\bpatch\b'
     r'|\bgit\s{1,64}+(?:apply|checkout|stash)'
 )
-_HASH_MEMO: dict[str, str] = {}
-_HASH_MEMO_SIZE: Final = 8192
+_HASHES: ObjectMemo[str] = ObjectMemo(max_bytes=8 * 1024 * 1024, fields=PART_FIELDS)
+"""Content hashes of the tool results seen, per part (never per text: that would keep outputs alive)."""
 
 
 def _tool(call: ToolCallPart) -> str:
@@ -134,7 +135,7 @@ def _path_arg(args: dict[str, Any]) -> str | None:
 
 def _range(args: dict[str, Any]) -> str:
     shown = {name: args[name] for name in RANGE_ARGS if args.get(name) is not None}
-    return f'#{json.dumps(shown, sort_keys=True)}' if shown else ''
+    return f'#{_parts.json_text(shown, sort_keys=True)}' if shown else ''
 
 
 def _shell_read(command: str) -> tuple[str, str] | None:
@@ -257,14 +258,13 @@ def _same_file(a: str | None, b: str) -> bool:
     return a is not None and (a == b or a.endswith('/' + b.lstrip('./')) or b.endswith('/' + a.lstrip('./')))
 
 
-def _content_hash(text: str) -> str:
-    found = _HASH_MEMO.get(text)
+def _content_hash(part: Any) -> str:
+    found = _HASHES.get(part)
     if found is None:
-        if len(_HASH_MEMO) >= _HASH_MEMO_SIZE:
-            _HASH_MEMO.clear()
-        found = _HASH_MEMO[text] = hashlib.blake2b(
-            text.encode('utf-8', 'surrogatepass'), digest_size=12
-        ).hexdigest()
+        text = _parts.tool_content_text(part.content)
+        found = _HASHES.put(
+            part, hashlib.blake2b(text.encode('utf-8', 'surrogatepass'), digest_size=12).hexdigest(), size=24
+        )
     return found
 
 
@@ -346,9 +346,6 @@ class DedupeReads(SyncPolicy):
     prompt-cache prefixes than it saved)."""
 
     _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
-    _steps_memo: dict[tuple[int, ...], tuple[tuple[ModelMessage, ...], dict[tuple[int, int], Any]]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
 
     def __post_init__(self) -> None:
         self._frontier()  # validates keep_recent and step now rather than at the first compile
@@ -430,7 +427,7 @@ class DedupeReads(SyncPolicy):
                 content_hash: str | None = None
                 if usable and self.identical_outputs:
                     if record is None:
-                        content_hash = _content_hash(_parts.tool_content_text(part.content))
+                        content_hash = _content_hash(part)
                     elif record.get('kind') == MARKER_KIND and isinstance(record.get('hash'), str):
                         # Our own placeholder: the hash of what it replaced keeps it a link in the chain.
                         content_hash = record['hash']
@@ -441,22 +438,26 @@ class DedupeReads(SyncPolicy):
         self, messages: Sequence[ModelMessage], frontier: int, context: CompileContext
     ) -> dict[tuple[int, int], Any]:
         """`_supersede` on each frontier step on its own (the response before its first observation
-        through its last observation). A step behind the frontier never changes, so what it
-        superseded is remembered by the identity of its messages: a compile costs the new steps only.
+        through its last observation). A step behind the frontier never changes, so during a
+        compile what it superseded is remembered by the identity of its messages (in the compiling
+        scope's generation, which no in-place edit survives): a compile costs the new steps only.
         """
         step = self._frontier().step
         observations = observation_indices(messages[:frontier])
         replaced: dict[tuple[int, int], Any] = {}
+        memo = scope_cache(('dedupe.steps', id(self)))
         for first in range(0, len(observations), step):
             last = observations[min(first + step, len(observations)) - 1]
             lo = max(observations[first] - 1, 0)
             segment = tuple(messages[lo : last + 1])
             key = tuple(map(id, segment))
-            found = self._steps_memo.get(key)
+            found = memo.get(key) if memo is not None else None
             if found is None or any(a is not b for a, b in zip(found[0], segment, strict=True)):
-                if len(self._steps_memo) >= 4_096:
-                    self._steps_memo.clear()
-                found = self._steps_memo[key] = (segment, self._supersede(segment, len(segment), context))
+                found = (segment, self._supersede(segment, len(segment), context))
+                if memo is not None:
+                    if len(memo) >= 4_096:
+                        memo.clear()
+                    memo[key] = found
             for (index, part_id), part in found[1].items():
                 replaced[(index + lo, part_id)] = part
         return replaced

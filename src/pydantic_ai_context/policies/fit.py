@@ -18,6 +18,7 @@ from typing import Any, Final, cast
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 
 from pydantic_ai_context import _markers, _parts
+from pydantic_ai_context._memo import PINNED_FIELDS, ObjectMemo
 from pydantic_ai_context.errors import ContextBudgetExceeded
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.tokens import TokenCounter, message_tokens
@@ -407,20 +408,21 @@ class _Plan:
         return detail
 
 
-_KINDS: dict[tuple[int, ...], tuple[tuple[ModelMessage, ...], str]] = {}
+_KINDS: ObjectMemo[str] = ObjectMemo(max_bytes=16 * 1024 * 1024, fields=PINNED_FIELDS)
+"""The kind of each message seen (as a one-message unit), while it lives unchanged."""
 
 
 def _kind(messages: Sequence[ModelMessage], unit: tuple[int, int]) -> str:
     """'never' (pinned, system prompt), 'conversation' (a later user prompt, unknown parts) or 'step'."""
-    segment = tuple(messages[unit[0] : unit[1]])
-    key = tuple(map(id, segment))
-    found = _KINDS.get(key)
-    if found is not None and all(a is b for a, b in zip(found[0], segment, strict=True)):
-        return found[1]
-    kind = _unit_kind(segment)
-    if len(_KINDS) >= 50_000:
-        _KINDS.clear()
-    _KINDS[key] = (segment, kind)
+    kind = 'step'
+    for message in messages[unit[0] : unit[1]]:
+        found = _KINDS.get(message)
+        if found is None:
+            found = _KINDS.put(message, _unit_kind((message,)))
+        if found == 'never':
+            return found
+        if found == 'conversation':
+            kind = found
     return kind
 
 

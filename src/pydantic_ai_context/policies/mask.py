@@ -11,12 +11,12 @@ from typing import Any, Final
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolReturnPart
 
 from pydantic_ai_context import _facts, _markers, _parts
+from pydantic_ai_context._memo import ObjectMemo, remembered_copy
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
 from ._frontier import (
     Frontier,
-    IdentityMemo,
     counter_key,
     frontier_from,
     nominal_part_tokens,
@@ -103,7 +103,7 @@ class MaskObservations(SyncPolicy):
     the call names: the agent is still working with it (0: off). Bounded, so that a digest stops
     changing once the frontier is this far past it: older digests, and the cached prompt prefix
     holding them, stay as they are."""
-    _memo: IdentityMemo[Any] = field(default_factory=IdentityMemo[Any], init=False, repr=False, compare=False)
+    _memo: ObjectMemo[Any] = field(default_factory=ObjectMemo[Any], init=False, repr=False, compare=False)
     _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
     def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
@@ -136,17 +136,11 @@ class MaskObservations(SyncPolicy):
                 previous = messages[i - 1] if i > 0 else None
                 results = _parts.tool_results(message)
                 kept = frozenset(p.tool_call_id for p in results if p.tool_call_id in failures)
-                shown = frozenset().union(
-                    *(_facts.facts_in_text(_parts.part_text(p)) & seen for p in results)
-                )
+                shown = frozenset().union(*(_facts.facts_in_part(p) & seen for p in results))
                 again = self._named_again(messages, i, frontier, results)
-                key = (kept, shown, again, id(previous), counter_key(context.counter))
-                found = self._memo.get(message, key)
-                if found is None or found[0] is not previous:
-                    new_message = self._mask_request(message, previous, kept, shown, again, context)
-                    found = self._memo.put(message, (previous, new_message), key)
-                if found[1] is not message:
-                    out[i] = found[1]
+                new_message = self._masked(message, previous, kept, shown, again, context)
+                if new_message is not message:
+                    out[i] = new_message
                     masked += 1
             if self.skip_seen_facts:
                 seen |= self._visible_facts(out[i])
@@ -155,6 +149,32 @@ class MaskObservations(SyncPolicy):
                 f'{masked} tool results before message {frontier} masked', masked=masked, frontier=frontier
             )
         return out
+
+    def _masked(
+        self,
+        message: ModelRequest,
+        previous: ModelMessage | None,
+        kept: frozenset[str],
+        shown: frozenset[str],
+        again: frozenset[str],
+        context: CompileContext,
+    ) -> ModelRequest:
+        """`message` with its results masked, remembered per message (the masked copy then keeps the
+        counter's memo warm). Neither the message nor the response before it is held strongly."""
+        return remembered_copy(  # type: ignore[no-any-return]
+            self._memo,
+            message,
+            (kept, shown, again, counter_key(context.counter)),
+            self._mask_request,
+            message,
+            previous,
+            kept,
+            shown,
+            again,
+            context,
+            depends_on=previous,
+            size=_masked_size,
+        )
 
     def _mask_request(
         self,
@@ -200,8 +220,8 @@ class MaskObservations(SyncPolicy):
                 if record is not None and record.get('kind') == MASKED and isinstance(content, str):
                     keys |= _facts.facts_in_digest(_markers.without_ref(content))
                 else:
-                    keys |= _facts.facts_in_text(_parts.part_text(part))
-            found = self._memo.put(message, frozenset(keys), 'facts')
+                    keys |= _facts.facts_in_part(part)
+            found = self._memo.put(message, frozenset(keys), 'facts', size=sum(map(len, keys)))
         return found  # type: ignore[no-any-return]
 
     def _named_again(
@@ -285,6 +305,11 @@ class MaskObservations(SyncPolicy):
         new_record |= {'lines': lines, 'chars': chars}
         marked: ToolReturnPart = _markers.mark_result(part, line, new_record, context.originals)
         return marked
+
+
+def _masked_size(message: ModelMessage) -> int:
+    """What a masked copy holds beyond the original: its digests."""
+    return sum(len(_parts.part_text(p)) for p in message.parts if _parts.marker(p))
 
 
 def mask_observations(

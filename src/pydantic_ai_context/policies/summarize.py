@@ -36,6 +36,7 @@ from pydantic_ai.messages import (
     ModelResponse,
 )
 
+from pydantic_ai_context._memo import ObjectMemo
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.policies._base import AsyncPolicy
 from pydantic_ai_context.policies._frontier import unresolved_failures
@@ -208,9 +209,7 @@ class SummarizeWindow(AsyncPolicy):
     """Where summaries are kept by digest; share one cache between profiles to share summaries."""
 
     _breaker: CircuitBreaker = field(default_factory=CircuitBreaker, init=False, repr=False, compare=False)
-    _digests: dict[int, tuple[ModelMessage, str]] = field(
-        default_factory=dict[int, tuple[ModelMessage, str]], init=False, repr=False, compare=False
-    )
+    _digests: ObjectMemo[str] = field(default_factory=ObjectMemo[str], init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.step_messages < 1:
@@ -306,14 +305,11 @@ class SummarizeWindow(AsyncPolicy):
     # --- digests ------------------------------------------------------------------------------
 
     def _message_digest(self, message: ModelMessage) -> str:
-        found = self._digests.get(id(message))
-        if found is not None and found[0] is message:
-            return found[1]
-        if len(self._digests) > 20_000:
-            self._digests.clear()
-        digest = hashlib.sha256(ModelMessagesTypeAdapter.dump_json([message], warnings=False)).hexdigest()
-        self._digests[id(message)] = (message, digest)
-        return digest
+        found = self._digests.get(message)
+        if found is None:
+            dumped = ModelMessagesTypeAdapter.dump_json([message], warnings=False)
+            found = self._digests.put(message, hashlib.sha256(dumped).hexdigest(), size=64)
+        return found
 
     def _key(
         self,

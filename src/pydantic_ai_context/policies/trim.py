@@ -12,17 +12,17 @@ from typing import Any, Final
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 
 from pydantic_ai_context import _facts, _markers, _parts
+from pydantic_ai_context._memo import PART_FIELDS, ObjectMemo, remembered_copy
 from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
 from ._frontier import (
     Frontier,
-    IdentityMemo,
-    _count_text,
     counter_key,
     frontier_from,
     nominal_part_tokens,
+    part_text_tokens,
     unresolved_failures,
 )
 
@@ -35,8 +35,9 @@ ARGS_CLIPPED: Final = 'args_clipped'
 _KEPT_ARGS: Final = frozenset(_facts.IDENTIFYING_ARGS) - {'command', 'cmd'}
 """Arguments never clipped: they say which resource a call touched (a command keeps its first line)."""
 
-_TRIM_MEMO: dict[tuple[Any, ...], str] = {}
-_TRIM_MEMO_SIZE: Final = 4096
+
+_HEAD_TAIL: ObjectMemo[str] = ObjectMemo(max_bytes=32 * 1024 * 1024, fields=PART_FIELDS)
+"""Trimmed texts of the tool results seen, per part and settings, while each part lives unchanged."""
 
 
 def _default_frontier() -> Frontier:
@@ -103,7 +104,7 @@ class TrimToolOutputs(SyncPolicy):
     """File paths of the cut part listed after the marker."""
     max_errors: int = 8
     """Error lines of the cut part listed after the marker."""
-    _memo: IdentityMemo[Any] = field(default_factory=IdentityMemo[Any], init=False, repr=False, compare=False)
+    _memo: ObjectMemo[Any] = field(default_factory=ObjectMemo[Any], init=False, repr=False, compare=False)
     _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -157,11 +158,15 @@ class TrimToolOutputs(SyncPolicy):
             old = i < frontier
             if isinstance(message, ModelResponse):
                 if old and self.max_arg_chars > 0:
-                    new_response = self._memo.get(message, ('clip', counter_key(counter)))
-                    if new_response is None:
-                        new_response = self._memo.put(
-                            message, self._clip_calls(message, counter), ('clip', counter_key(counter))
-                        )
+                    new_response = remembered_copy(
+                        self._memo,
+                        message,
+                        ('clip', counter_key(counter)),
+                        self._clip_calls,
+                        message,
+                        counter,
+                        size=_text_size,
+                    )
                     if new_response is not message:
                         out[i] = new_response
                         clipped += 1
@@ -179,12 +184,19 @@ class TrimToolOutputs(SyncPolicy):
             kept = frozenset(
                 p.tool_call_id for p in _parts.tool_results(message) if old and p.tool_call_id in failures
             )
-            key = (old, limit, kept, counter_key(counter))
-            found = self._memo.get(message, key)
-            if found is None:
-                found = self._memo.put(
-                    message, self._trim_request(message, old, limit, clamp_at, kept, context), key
-                )
+            found = remembered_copy(
+                self._memo,
+                message,
+                (old, limit, kept, counter_key(counter)),
+                self._trim_request,
+                message,
+                old,
+                limit,
+                clamp_at,
+                kept,
+                context,
+                size=_text_size,
+            )
             if found is not message:
                 out[i] = found
                 if old:
@@ -224,14 +236,14 @@ class TrimToolOutputs(SyncPolicy):
             if record.get('kind') == CLAMPED and not old:
                 continue
             text = _parts.tool_content_text(part.content)
-            tokens = _count_text(counter, text)
+            tokens = part_text_tokens(part, counter)
             if tokens <= limit:
                 continue
             # A clamped result keeps the sizes of the original when it is trimmed further.
             nominal = nominal_part_tokens(part, counter)
             lines = record.get('lines', text.count('\n') + 1)
             chars = record.get('chars', len(text))
-            new_text = self._head_tail(text, tokens, keep, nominal, lines, part.tool_call_id)
+            new_text = self._head_tail(part, text, tokens, keep, nominal, lines)
             new_record = {'kind': TRIMMED if old else CLAMPED, 'policy': self.name, 'tokens': nominal}
             new_record |= {'lines': lines, 'chars': chars}
             parts[j] = _markers.mark_result(part, new_text, new_record, context.originals, ref_in_text=True)
@@ -252,9 +264,12 @@ class TrimToolOutputs(SyncPolicy):
         content = part.content
         return not (isinstance(content, list | tuple) and any(_parts.is_binary_item(c) for c in content))
 
-    def _head_tail(self, text: str, tokens: int, keep: int, nominal: int, lines: int, ref: str) -> str:
-        key = (text, tokens, keep, nominal, lines, ref, self.head_share, self.max_paths, self.max_errors)
-        found = _TRIM_MEMO.get(key)
+    def _head_tail(self, part: Any, text: str, tokens: int, keep: int, nominal: int, lines: int) -> str:
+        # Per part (never per text, which would keep tool outputs alive): a part trimmed again for
+        # another message (a clamp, then a trim) reuses the scan of its middle.
+        ref = part.tool_call_id
+        key = (tokens, keep, nominal, lines, ref, self.head_share, self.max_paths, self.max_errors)
+        found: str | None = _HEAD_TAIL.get(part, key)
         if found is not None:
             return found
         chars_per_token = len(text) / max(tokens, 1)
@@ -277,7 +292,7 @@ class TrimToolOutputs(SyncPolicy):
             f'[... {cut_lines:,} lines / ~{cut_tokens:,} tokens trimmed by pydantic-ai-context '
             f'(output was {lines:,} lines / ~{nominal:,} tokens) ...]\n{_markers.ref_line(ref)}'
         )
-        facts = _facts.extract_facts(middle)
+        facts = _facts.remembered_facts(middle)
         shown = head + tail
         paths = [p for p in facts.paths if p not in shown][: self.max_paths]
         errors = [e for e in facts.error_lines if e not in shown][: self.max_errors]
@@ -285,11 +300,7 @@ class TrimToolOutputs(SyncPolicy):
             note += '\n[trimmed part mentioned: ' + ', '.join(paths) + ']'
         if errors:
             note += '\n[trimmed part errors: ' + ' | '.join(errors) + ']'
-        result = f'{head}\n{note}\n{tail}'
-        if len(_TRIM_MEMO) >= _TRIM_MEMO_SIZE:
-            _TRIM_MEMO.clear()
-        _TRIM_MEMO[key] = result
-        return result
+        return _HEAD_TAIL.put(part, f'{head}\n{note}\n{tail}', key, size=len(head) + len(note) + len(tail))
 
     def _clip_calls(self, message: ModelResponse, counter: TokenCounter) -> ModelResponse:
         if _parts.message_pinned(message):
@@ -317,6 +328,13 @@ class TrimToolOutputs(SyncPolicy):
         )
         metadata = _parts.with_marker(message.metadata, record)
         return dataclasses.replace(message, parts=parts, metadata=metadata)
+
+
+def _text_size(message: ModelMessage) -> int:
+    """What a trimmed or clipped copy holds beyond the original: its new text (an upper bound)."""
+    return sum(len(_parts.part_text(p)) for p in message.parts if _parts.marker(p)) + (
+        256 if _parts.marker(message) else 0
+    )
 
 
 _CLIP_NOTE: Final = re.compile(r'\[\.\.\. [\d,]{1,32}+ more chars clipped by pydantic-ai-context\]$')
@@ -349,7 +367,7 @@ def _clip_args(args: Any, max_chars: int) -> Any:
             return None
         try:
             loaded = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to parse: left as it is
             return None
         if not isinstance(loaded, dict):
             return None
@@ -366,7 +384,7 @@ def _clip_args(args: Any, max_chars: int) -> Any:
             new[key] = value
     if not changed:
         return None
-    return new if isinstance(args, dict) else json.dumps(new, ensure_ascii=False)
+    return new if isinstance(args, dict) else _parts.json_text(new)
 
 
 def shorten_results(

@@ -21,6 +21,7 @@ from typing import Any, Final, Protocol
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from . import _parts
+from ._memo import ObjectMemo
 
 READ_CONTEXT: Final = 'read_context'
 SEARCH_CONTEXT: Final = 'search_context'
@@ -124,7 +125,8 @@ def conversation_key(messages: Sequence[ModelMessage]) -> str:
 
 # --- span ids ---------------------------------------------------------------------------------
 
-_SIGNATURES: dict[int, tuple[ModelMessage, bytes]] = {}
+_SIGNATURES: ObjectMemo[bytes] = ObjectMemo(max_bytes=8 * 1024 * 1024)
+"""Each message's signature while it lives unchanged (weakly held: a span id keeps no message alive)."""
 
 
 def span_ref(items: Sequence[ModelMessage | str]) -> str:
@@ -142,9 +144,9 @@ def span_ref(items: Sequence[ModelMessage | str]) -> str:
 
 
 def _signature(message: ModelMessage) -> bytes:
-    found = _SIGNATURES.get(id(message))
-    if found is not None and found[0] is message:
-        return found[1]
+    found = _SIGNATURES.get(message)
+    if found is not None:
+        return found
     stamp = getattr(message, 'timestamp', None)
     bits = [
         message.kind,
@@ -158,7 +160,4 @@ def _signature(message: ModelMessage) -> bytes:
         size = '' if _parts.is_tool_result(part) else str(len(_parts.part_text(part)))
         bits.append(f'{kind}:{call_id}:{size}')
     signature = '|'.join(bits).encode('utf-8', 'surrogatepass')
-    if len(_SIGNATURES) >= 50_000:
-        _SIGNATURES.clear()
-    _SIGNATURES[id(message)] = (message, signature)
-    return signature
+    return _SIGNATURES.put(message, signature, size=len(signature))

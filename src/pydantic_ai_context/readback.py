@@ -34,6 +34,7 @@ from pydantic_ai.toolsets import FunctionToolset
 
 from . import _parts, _search
 from ._markers import READ_CONTEXT, SEARCH_CONTEXT, conversation_key, has_ref, is_readback, ref_of
+from ._memo import ObjectMemo
 from .archive import ContextArchive
 
 __all__ = (
@@ -346,18 +347,17 @@ def search_context(
 # --- the tools and the instruction ------------------------------------------------------------------
 
 
-_SHOWS: dict[int, tuple[ModelMessage, bool]] = {}
+_SHOWS: ObjectMemo[bool] = ObjectMemo(max_bytes=4 * 1024 * 1024)
+"""Whether a message shows a marker, while it lives unchanged (weakly held)."""
 
 
 def shows_markers(messages: Sequence[ModelMessage]) -> bool:
     """Whether any message of `messages` is, or holds, a marker naming a ref."""
     for message in messages:
-        found = _SHOWS.get(id(message))
-        if found is None or found[0] is not message:
-            if len(_SHOWS) >= 100_000:
-                _SHOWS.clear()
-            found = _SHOWS[id(message)] = (message, has_ref(message))
-        if found[1]:
+        found = _SHOWS.get(message)
+        if found is None:
+            found = _SHOWS.put(message, has_ref(message), size=1)
+        if found:
             return True
     return False
 

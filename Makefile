@@ -34,12 +34,22 @@ docs: $(STAMP)
 
 test: lint typecheck docs pytest
 
-bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
-	$(BIN)/python bench/replay.py
-	$(BIN)/python bench/replay.py bench/heldout
-	$(BIN)/python bench/summary_facts.py
+# The comparison baselines pin their own pydantic-ai: they get a virtualenv of their own, so the
+# one `make test` uses keeps the newest pydantic-ai.
+BENCH_VENV ?= .venv-bench
+BENCH_BIN := $(BENCH_VENV)/bin
+
+$(BENCH_BIN)/python:
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_BIN)/python -m pip install --quiet --upgrade pip
+
+bench: $(STAMP) $(BENCH_BIN)/python
+	$(BENCH_BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BENCH_BIN)/python bench/replay.py
+	$(BENCH_BIN)/python bench/replay.py bench/heldout
+	$(BENCH_BIN)/python bench/summary_facts.py
+	$(BENCH_BIN)/python bench/readback.py
 	$(BIN)/python bench/overhead.py
 
 clean:
-	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) site .pytest_cache .mypy_cache .ruff_cache

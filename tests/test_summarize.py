@@ -534,3 +534,28 @@ async def test_a_kept_block_after_a_summary_is_not_collapsed_as_a_run() -> None:
     assert kinds[:4] == ['summary', 'summary_kept', 'summary_kept', 'summary_ack']
     assert isolate_boundaries()(view) == view
     assert await profile('chat', counter=HeuristicCounter()).compile(view) == view
+
+
+async def test_the_summariser_reads_the_originals_of_what_the_view_masked() -> None:
+    """A masked digest lists 8 paths; the summariser is given the original (clipped) and its paths,
+    so the summary can keep what the digest left out."""
+    prompts: list[str] = []
+
+    def summariser(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompts.append(str(messages[-1].parts[-1].content))
+        return ModelResponse(parts=[TextPart('Summary.')])
+
+    listing = '\n'.join(f'src/pkg/module_{i:02d}.py' for i in range(14)) + '\n' + 'x' * 9_000
+    h = History().user('Fix the package.', system='You are a coding agent.')
+    h.step(Tool('bash', {'command': 'find src/pkg'}, listing))
+    for i in range(60):
+        h.step(Tool('bash', {'command': f'echo {i}'}, long_text(40)))
+    p = profile(
+        'long_horizon',
+        context_window=4_000,
+        counter=HeuristicCounter(),
+        summary_model=FunctionModel(summariser),
+    )
+    await p.compile(h.build())
+    assert prompts, 'no summary was made: the test proves nothing'
+    assert 'src/pkg/module_13.py' in prompts[0]  # past the digest's 8 paths, and in the clipped middle

@@ -9,13 +9,13 @@ and is told never to follow instructions found there. `run_summariser` runs it u
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from pydantic_ai.messages import ModelMessage, ModelResponse, SystemPromptPart, TextPart, UserPromptPart
 
-from pydantic_ai_context import _parts
+from pydantic_ai_context import _facts, _parts
 from pydantic_ai_context._fence import neutralise_tags
 
 _core_neutralize: Callable[[str], str] | None
@@ -39,7 +39,7 @@ __all__ = (
     'summary_prompt',
 )
 
-PROMPT_VERSION: Final = 'summarize_window/2'
+PROMPT_VERSION: Final = 'summarize_window/3'
 """Part of every cache key: changing the summariser's prompt invalidates cached summaries."""
 
 SUMMARY_SECTIONS: Final = (
@@ -125,8 +125,17 @@ def _clip(text: str, limit: int) -> str:
     return f'{text[:half]}\n[... {len(text) - 2 * half} characters omitted ...]\n{text[-half:]}'
 
 
-def render_transcript(messages: Sequence[ModelMessage], *, max_part_chars: int = 4_000) -> str:
+def render_transcript(
+    messages: Sequence[ModelMessage],
+    *,
+    max_part_chars: int = 4_000,
+    originals: Mapping[str, Any] | None = None,
+) -> str:
     """The messages as plain text lines for the summariser, long parts clipped in the middle.
+
+    `originals` maps a `tool_call_id` to the tool result the view shortened (from the log): the
+    summariser then reads the original, clipped, followed by every path and error line it holds
+    (up to `TRANSCRIPT_FACTS` of each), so the summary can keep what a digest had to leave out.
 
     Example:
         ```python
@@ -150,7 +159,14 @@ def render_transcript(messages: Sequence[ModelMessage], *, max_part_chars: int =
             kind = getattr(part, 'part_kind', '')
             if kind == 'thinking':
                 continue  # private reasoning; the answer and the actions carry what matters
-            text = _clip(_parts.part_text(part), max_part_chars)
+            original = (
+                originals.get(part.tool_call_id)
+                if originals and _parts.is_tool_result(part) and _parts.marker(part) is not None
+                else None
+            )
+            text = _original_text(original, max_part_chars) if original is not None else None
+            if text is None:
+                text = _clip(_parts.part_text(part), max_part_chars)
             if isinstance(part, SystemPromptPart):
                 lines.append(f'system: {text}')
             elif isinstance(part, UserPromptPart):
@@ -168,6 +184,24 @@ def render_transcript(messages: Sequence[ModelMessage], *, max_part_chars: int =
                 role = 'assistant' if isinstance(message, ModelResponse) else 'context'
                 lines.append(f'{role} ({kind or type(part).__name__}): {text}')
     return '\n'.join(lines)
+
+
+TRANSCRIPT_FACTS: Final = 16
+"""Paths, and error lines, of a shortened tool result listed after its clipped original in a transcript."""
+
+
+def _original_text(part: Any, max_part_chars: int) -> str:
+    full = _parts.part_text(part)
+    text = _clip(full, max_part_chars)
+    if text is full:
+        return text
+    facts = _facts.part_facts(part)
+    extra: list[str] = []
+    if facts.error_lines:
+        extra.append('errors: ' + ' | '.join(facts.error_lines[:TRANSCRIPT_FACTS]))
+    if facts.paths:
+        extra.append('paths: ' + ', '.join(facts.paths[:TRANSCRIPT_FACTS]))
+    return text + ('\n[the whole output mentions ' + '; '.join(extra) + ']' if extra else '')
 
 
 def summary_prompt(

@@ -36,6 +36,7 @@ from pydantic_ai.messages import (
     ModelResponse,
 )
 
+from pydantic_ai_context import _parts
 from pydantic_ai_context._memo import ObjectMemo
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.policies._base import AsyncPolicy
@@ -551,7 +552,11 @@ class SummarizeWindow(AsyncPolicy):
             return self._fallback(previous, messages, start, end, zones, context, why, 'circuit breaker open')
         instructions = SUMMARISER_INSTRUCTIONS + (f'\n\n{self.instructions}' if self.instructions else '')
         prompt = summary_prompt(
-            render_transcript(messages[start:end], max_part_chars=self.max_part_chars),
+            render_transcript(
+                messages[start:end],
+                max_part_chars=self.max_part_chars,
+                originals=_shortened_originals(messages[start:end], context.log),
+            ),
             previous_summary=previous,
             max_tokens=size,
         )
@@ -631,3 +636,16 @@ def summarize_window(**settings: Any) -> SummarizeWindow:
         ```
     """
     return SummarizeWindow(**settings)
+
+
+def _shortened_originals(span: Sequence[ModelMessage], log: Sequence[ModelMessage]) -> dict[str, Any]:
+    """The log's originals of the tool results `span` shows shortened (trimmed, masked), by call id."""
+    wanted = {p.tool_call_id for m in span for p in _parts.tool_results(m) if _parts.marker(p) is not None}
+    found: dict[str, Any] = {}
+    if not wanted:
+        return found
+    for message in log:
+        for part in _parts.tool_results(message):
+            if part.tool_call_id in wanted and _parts.marker(part) is None:
+                found[part.tool_call_id] = part
+    return found

@@ -55,23 +55,14 @@ async def test_no_request_of_a_realistic_agent_exceeds_the_window(window: int, c
     meter = RequestMeter(reading_script(STEPS))
     ctx_profile = profile('coding', context_window=window)
     agent = realistic_agent(meter, ctx_profile, capability=capability)
-    refused: ContextBudgetExceeded | None = None
-    try:
-        result = await agent.run('Read every module and report.', usage_limits=LIMITS)
-    except ContextBudgetExceeded as exc:
-        refused = exc
-    if refused is not None:
-        # Nothing fits: raised before anything was sent, and says why.
-        assert refused.used > refused.limit
-    else:
-        assert result.output == 'All files read.'
-    completed = refused is None
+    result = await agent.run('Read every module and report.', usage_limits=LIMITS)
+    assert result.output == 'All files read.'
     assert meter.totals, 'the model was never called'
     assert max(meter.totals) <= window, f'requests over {window:,}: {[t for t in meter.totals if t > window]}'
+    # The fixed part (instructions + tools) is about 14.6k tokens; at 24k fewer than 5k are left for
+    # messages: the recency window is trimmed and the newest result clamped rather than failing.
+    assert len(meter.totals) == STEPS + 1
     if window == 32_000:
-        # The fixed part (instructions + tools) is about 14.6k tokens: a 32k window leaves room to run.
-        assert completed
-        assert len(meter.totals) == STEPS + 1
         # Without counting tools and instructions, 15+ of these requests went over (issue #9).
         assert max(meter.totals) > 20_000
 

@@ -234,9 +234,6 @@ class MaskObservations(SyncPolicy):
         """
         if self.named_again_within <= 0:
             return frozenset()
-        paths = {path for p in results for path in _facts.extract_facts(_parts.part_text(p)).paths}
-        if not paths:
-            return frozenset()
         following = tuple(messages[i + 1 : min(i + 1 + self.named_again_within, frontier)])
         # The same following messages (the same objects: the memo holds them) name the same paths.
         found = self._memo.get(messages[i], NAMED_AGAIN)
@@ -246,6 +243,11 @@ class MaskObservations(SyncPolicy):
             and all(map(operator.is_, found[0], following))
         ):
             return found[1]  # type: ignore[no-any-return]
+        # Each result's facts are remembered per part: no rescan of its text.
+        paths = {path for p in results for path in _facts.part_facts(p).paths}
+        if not paths:
+            self._memo.put(messages[i], (following, frozenset()), NAMED_AGAIN)
+            return frozenset()
         keys: set[str] = set()
         tails: set[str] = set()
         for message in following:

@@ -7,6 +7,7 @@ match. On a pydantic-ai without `ConversationStore` (< 2.66) only the ImportErro
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import sqlite3
@@ -483,6 +484,28 @@ async def test_postgres_unreachable_is_a_clear_store_error(tmp_path: Path) -> No
         assert 's3cret' not in str(caught.value)
     with pytest.raises(StoreError, match='closed'):
         await store.load('c')
+
+
+async def test_postgres_closed_while_connecting_keeps_no_connection(postgres_url: str) -> None:
+    """`aclose` while the first call opens the pool: the call fails as closed and no connection stays open."""
+    import psycopg
+
+    store = open_store(postgres_url, timeout=5)
+    loading = asyncio.create_task(store.load('c'))
+    await asyncio.sleep(0)  # the load is now opening the pool
+    await store.aclose()
+    with pytest.raises(StoreError, match='closed'):
+        await loading
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        for _ in range(100):  # a closed connection's server process takes a moment to exit
+            row = conn.execute(
+                'SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()'
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert row is not None
+        assert row[0] == 0
 
 
 # --- docs ----------------------------------------------------------------------------------------

@@ -126,7 +126,11 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
             self._opening = asyncio.Lock()
         async with self._opening:
             if self._pool is None:
-                self._pool = await self._open_pool()
+                pool = await self._open_pool()
+                if self._closed:  # `aclose` ran while the pool opened: it must not outlive the store
+                    await pool.close()
+                    raise StoreError(f'{self.where}: the store is closed', path=self.where)
+                self._pool = pool
         return self._pool
 
     async def _open_pool(self) -> AsyncConnectionPool[Any]:

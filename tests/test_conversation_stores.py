@@ -237,6 +237,27 @@ async def test_concurrent_saves_of_one_revision_conflict(store: Any) -> None:
     assert await stored_texts(store, 'c') == ['one', 'ack one after 0', 'from a', 'ack from a after 2']
 
 
+async def test_a_closed_store_refuses_every_call(store: Any) -> None:
+    await turn(store, 'c', 'one')
+    await store.aclose()
+    await store.aclose()  # closing twice is harmless
+    calls = [
+        lambda: store.load('c'),
+        lambda: store.save(Conversation(conversation_id='d')),
+        lambda: store.list_conversations(),
+        lambda: store.fork('c'),
+        lambda: store.delete('c'),
+        lambda: store.read_entry('e'),
+        lambda: store.get_artifact('notes', 'k'),
+        lambda: store.put_artifacts('notes', {'k': 'v'}),
+        lambda: store.artifact_keys('notes'),
+        lambda: store.delete_artifacts('notes'),
+    ]
+    for call in calls:  # never a silently empty store
+        with pytest.raises(StoreError, match='closed'):
+            await call()
+
+
 async def test_list_is_newest_first_and_limited(store: Any) -> None:
     for cid in ('a', 'b', 'c'):
         await turn(store, cid, cid)

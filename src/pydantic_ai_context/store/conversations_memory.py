@@ -61,7 +61,9 @@ class MemoryConversationStore(InMemoryConversationStore, ArtifactStore):
         if self._closed:
             raise StoreError('MemoryConversationStore is closed')
 
-    async def read_records(self, *, scope: str | None = None, limit: int | None = None) -> Sequence[ConversationRecord]:
+    async def read_records(
+        self, *, scope: str | None = None, limit: int | None = None
+    ) -> Sequence[ConversationRecord]:
         self._check_open()
         return await super().read_records(scope=scope, limit=limit)
 

@@ -497,6 +497,20 @@ async def test_open_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert open_store().path == 'conversations.db'
 
 
+def test_open_store_urls_as_users_write_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv('HOME', str(tmp_path))
+    assert open_store('sqlite:///~/chat.db').path == f'{tmp_path}/chat.db'  # not ./~/chat.db
+    assert open_store('sqlite:///chat%231.db').path == 'chat#1.db'
+    with pytest.raises(StoreError, match='%23'):  # not silently chat.db
+        open_store('sqlite:///chat#1.db')
+    for bad in ('nan', '-1', 'inf'):
+        with pytest.raises(StoreError, match='timeout'):
+            open_store(f'sqlite:///chat.db?timeout={bad}')
+    with pytest.raises(StoreError, match=r"'postgresql\+asyncpg://db.internal/chat'") as caught:
+        open_store('postgresql+asyncpg://app:s3cret@db.internal/chat')  # the scheme shown, the password not
+    assert 's3cret' not in str(caught.value)
+
+
 async def test_postgres_unreachable_is_a_clear_store_error(tmp_path: Path) -> None:
     url = f'postgresql://app:s3cret@/nowhere?host={tmp_path}&port=1'
     async with PostgresConversationStore(url, timeout=1) as store:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import os
 import sqlite3
 import threading
@@ -186,6 +187,8 @@ class SqliteFile:
             )
         if self.synchronous not in ('full', 'normal'):
             raise StoreError(f"synchronous must be 'full' or 'normal', got {self.synchronous!r}")
+        if not (isinstance(self.timeout, int | float) and 0 <= self.timeout < math.inf):
+            raise StoreError(f'timeout must be a number of seconds, 0 or more, got {self.timeout!r}')
         if not self._open_lazily:
             self._conn = self._open()
             self._opened = True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Final
 
@@ -27,8 +29,9 @@ def open_store(
 ) -> SqliteConversationStore | PostgresConversationStore | MemoryConversationStore:
     """The conversation store a URL names, ready to use; it connects on its first call, not here.
 
-    - `sqlite:///relative/path.db`, `sqlite:////absolute/path.db`: `SqliteConversationStore`, the
-      default for one process (query options `?synchronous=normal`, `?timeout=10`).
+    - `sqlite:///relative/path.db`, `sqlite:////absolute/path.db`, `sqlite:///~/path.db` (in the
+      home directory): `SqliteConversationStore`, the default for one process (query options
+      `?synchronous=normal`, `?timeout=10`).
     - `postgresql://user:password@host:port/db?sslmode=…` (or `postgres://`): `PostgresConversationStore`,
       for several workers or machines; any libpq URL works, a Unix socket too (`?host=/run/postgresql`).
     - `memory://`: `MemoryConversationStore`, gone with the process.
@@ -84,7 +87,7 @@ def open_store(
         from .conversations_postgres import PostgresConversationStore
 
         return PostgresConversationStore(url, **options)
-    shown = url.split('@')[-1] if '@' in url else url  # never echo a password
+    shown = re.sub(r'//[^/?#]*@', '//', url)  # never echo a password, but keep the scheme
     raise StoreError(
         f"unknown store URL {shown!r}: use 'sqlite:///path.db', 'postgresql://user@host/db' or 'memory://'"
     )
@@ -96,9 +99,13 @@ def _sqlite_url(url: str) -> tuple[str, dict[str, Any]]:
         raise StoreError(
             f'SQLite URL {url!r} names a host ({parts.netloc!r}); write sqlite:///relative.db or sqlite:////abs/path.db'
         )
+    if parts.fragment or url.endswith('#'):
+        raise StoreError(f"SQLite URL {url!r} holds a '#': write it as %23 if it is part of the file name")
     path = urllib.parse.unquote(parts.path)
     # sqlite:///x.db is relative (path '/x.db' after the empty host); sqlite:////x.db is absolute.
     path = path[1:] if path.startswith('/') else path
+    # sqlite:///~/x.db is in the home directory, as a shell would read it (not a directory named '~').
+    path = os.path.expanduser(path) if path.startswith('~') else path
     if not path or path == ':memory:':
         raise StoreError(f"SQLite URL {url!r} names no file; for an in-memory store use 'memory://'")
     options: dict[str, Any] = {}

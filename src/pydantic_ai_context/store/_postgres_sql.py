@@ -68,8 +68,7 @@ WITH RECURSIVE
   candidates(entry_id) AS (
     SELECT entry_id FROM pydantic_ai_conversation_entries WHERE conversation_id = %(c)s
     UNION
-    SELECT h.entry_id FROM history h JOIN pydantic_ai_conversation_entries e ON e.entry_id = h.entry_id
-      WHERE e.conversation_id NOT IN (SELECT conversation_id FROM pydantic_ai_conversations)
+    SELECT entry_id FROM history
   ),
   descendants(entry_id) AS (
     SELECT entry_id FROM candidates

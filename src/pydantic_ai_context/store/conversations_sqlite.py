@@ -23,9 +23,10 @@ __all__ = ('SqliteConversationStore',)
 
 _ENTRY_COLUMNS = 'entry_id, parent_id, conversation_id, kind, message'
 
-# Deleting a conversation deletes the entries only it reaches: those it stored, and those of
-# conversations deleted earlier that its history kept alive, unless a remaining conversation's
-# history (its head or a branch it left) still passes through them, e.g. a fork of it.
+# Deleting a conversation deletes the entries only it reaches: those it stored and every one its
+# history (its head and the branches it left) passes through, including those of conversations
+# deleted earlier, even when their id was taken again, unless a remaining conversation's history
+# still passes through them, e.g. a fork of it.
 _COLLECT_ENTRIES = """
 WITH RECURSIVE
   history(entry_id, parent_id) AS (
@@ -37,8 +38,7 @@ WITH RECURSIVE
   candidates(entry_id) AS (
     SELECT entry_id FROM conversation_entries WHERE conversation_id = :c
     UNION
-    SELECT h.entry_id FROM history h JOIN conversation_entries e ON e.entry_id = h.entry_id
-      WHERE e.conversation_id NOT IN (SELECT conversation_id FROM conversations)
+    SELECT entry_id FROM history
   ),
   descendants(entry_id) AS (
     SELECT entry_id FROM candidates

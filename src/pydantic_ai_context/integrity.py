@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import operator
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -398,7 +399,11 @@ def _already_valid(messages: Sequence[ModelMessage]) -> bool:
         if expect_request:
             if len(result_ids) != len(calls) or set(result_ids) != set(calls):
                 return False
-        elif len(set(call_ids)) != len(call_ids) or not seen.isdisjoint(call_ids):
+        elif (
+            len(set(call_ids)) != len(call_ids)
+            or not seen.isdisjoint(call_ids)
+            or any(_readable_id(c) != c for c in call_ids)
+        ):
             return False
         seen.update(call_ids)
         if i == len(messages) - 1 and expect_request and memo is not None:
@@ -439,14 +444,17 @@ def validate_view(messages: Sequence[ModelMessage]) -> None:
 
 
 def unique_call_ids(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
-    """`messages` where no tool call reuses the id of a call in an earlier response.
+    """`messages` where every tool call id is unique and can be named in a marker's ref.
 
-    Some models and providers number calls per response (`call_0` in every step). A view that
-    repeats an id is rejected by some providers and makes a marker's ref (the `tool_call_id`)
-    name several results, so each later use of an id becomes `<id>~<n>` (the first `n` from 2 not
-    already used), in the call and in its result. Only earlier messages decide a name, so a log
-    that grows keeps its names, and `read_context` finds a ref in the canonical log by renaming
-    it the same way. The last message's calls keep their ids while their results are pending.
+    Some models and providers number calls per response (`call_0` in every step) or send empty
+    ids. A view that repeats an id is rejected by some providers and makes a marker's ref (the
+    `tool_call_id`) name several results; an empty id, or one with a quote, a backslash, a control
+    character or surrounding space, cannot be written in `read_context('<ref>')` and read back. So
+    such a call becomes `<id>-<n>` (the first `n` from 2 not already used; the id made readable
+    first, `call` for an empty one), in the call and in its result. Only earlier messages decide
+    a name, so a log that grows keeps its names, and `read_context` finds a ref in the canonical
+    log by renaming it the same way. The last message's calls keep their ids while their results
+    are pending.
 
     Example:
         ```python
@@ -457,10 +465,18 @@ def unique_call_ids(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
         step = [ModelResponse(parts=[ToolCallPart('ls', {}, tool_call_id='0')]),
                 ModelRequest(parts=[ToolReturnPart('ls', 'a.py', tool_call_id='0')])]
         log = [ModelRequest(parts=[UserPromptPart('list twice')]), *step, *step]
-        assert [p.tool_call_id for m in unique_call_ids(log)[3:] for p in m.parts] == ['0~2', '0~2']
+        assert [p.tool_call_id for m in unique_call_ids(log)[3:] for p in m.parts] == ['0-2', '0-2']
         ```
     """
     return _unique_call_ids(messages, [])
+
+
+_UNREADABLE_ID: Final = re.compile(r"['\\\x00-\x1f\x7f]")
+_MAX_ID_CHARS: Final = 120
+
+
+def _readable_id(call_id: str) -> str:
+    return _UNREADABLE_ID.sub('_', call_id.strip())[:_MAX_ID_CHARS] or 'call'
 
 
 def _unique_call_ids(messages: Sequence[ModelMessage], repairs: list[Repair]) -> list[ModelMessage]:
@@ -475,18 +491,20 @@ def _unique_call_ids(messages: Sequence[ModelMessage], repairs: list[Repair]) ->
             if i < last:
                 own = set(ids)
                 for cid in ids:
-                    if cid not in used:
+                    name = _readable_id(cid)
+                    if name == cid and cid not in used:
                         continue
-                    n = 2
-                    while f'{cid}~{n}' in used or f'{cid}~{n}' in own:
-                        n += 1
-                    renames[cid] = new = f'{cid}~{n}'
+                    new, n = name, 2
+                    while new in used or (new in own and new != cid):
+                        new, n = f'{name}-{n}', n + 1
+                    renames[cid] = new
                     used.add(new)
+                    why = 'was used by an earlier call' if cid in used else 'cannot be named in a marker'
                     repairs.append(
                         Repair(
                             kind='renamed_call_id',
                             index=i,
-                            detail=f'call id {cid!r} was used by an earlier call; renamed {new!r} in the view',
+                            detail=f'call id {cid!r} {why}; renamed {new!r} in the view',
                             tool_call_id=cid,
                         )
                     )

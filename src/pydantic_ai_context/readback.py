@@ -237,7 +237,7 @@ def read_context(
     ref = ref.strip()
     if not ref:
         raise ModelRetry("give the ref a marker names, e.g. read_context('call_abc').")
-    # Markers name tool results as the view does: a reused call id renamed (`<id>~<n>`).
+    # Markers name tool results as the view does: a reused or unreadable call id renamed (`<id>-<n>`).
     return _page(ref, _resolve(ref, unique_call_ids(log), archive), offset, limit)
 
 

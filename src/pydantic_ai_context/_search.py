@@ -66,7 +66,9 @@ def _rank_fts5(texts: Sequence[str], terms: list[str], limit: int) -> list[tuple
     conn = sqlite3.connect(':memory:')
     try:
         conn.execute('CREATE VIRTUAL TABLE docs USING fts5(body)')
-        conn.executemany('INSERT INTO docs(rowid, body) VALUES (?, ?)', ((i, t) for i, t in enumerate(texts)))
+        conn.executemany(
+            'INSERT INTO docs(rowid, body) VALUES (?, ?)', ((i, _sqlite_text(t)) for i, t in enumerate(texts))
+        )
         rows = conn.execute(
             f"SELECT rowid, snippet(docs, 0, '', '', ' … ', {SNIPPET_TOKENS}) FROM docs "
             'WHERE docs MATCH ? ORDER BY bm25(docs), rowid LIMIT ?',
@@ -75,6 +77,16 @@ def _rank_fts5(texts: Sequence[str], terms: list[str], limit: int) -> list[tuple
     finally:
         conn.close()
     return [(int(rowid), _one_line(snippet)) for rowid, snippet in rows]
+
+
+def _sqlite_text(text: str) -> str:
+    """`text` as SQLite can hold it: a lone surrogate (a tool that decoded bytes with
+    `surrogateescape`) cannot be encoded to UTF-8, so it becomes U+FFFD in the index only."""
+    try:
+        text.encode('utf-8')
+    except UnicodeEncodeError:
+        return text.encode('utf-8', 'surrogatepass').decode('utf-8', 'replace')
+    return text
 
 
 def _rank_plain(texts: Sequence[str], terms: list[str], limit: int) -> list[tuple[int, str]]:

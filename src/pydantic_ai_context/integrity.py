@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import operator
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ __all__ = (
     'normalize_with_repairs',
     'patch_dangling_tool_calls',
     'safe_cut_points',
+    'unique_call_ids',
     'validate_view',
 )
 
@@ -49,6 +51,7 @@ RepairKind = Literal[
     'leading_response',
     'trailing_response',
     'opaque_arguments',
+    'renamed_call_id',
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -289,6 +292,7 @@ def normalize_with_repairs(messages: Sequence[ModelMessage]) -> tuple[list[Model
     - calls without a result get a synthetic result saying so (`outcome='interrupted'` on
       pydantic-ai 2.x), in the next request or, after the last response, in a new request;
     - a trailing response without calls is left out (a model request must end with a request);
+    - a call id an earlier step already used is renamed, with its result (`unique_call_ids`);
     - tool-call arguments nested deeper than `MAX_ARGUMENTS_DEPTH` (200) levels are sent as their
       JSON text: nothing here, in pydantic-ai or in a provider SDK, has to walk them recursively.
 
@@ -298,8 +302,8 @@ def normalize_with_repairs(messages: Sequence[ModelMessage]) -> tuple[list[Model
     check_messages(messages)
     if _already_valid(messages):
         return list(messages), []
-    slots = [_Slot(m, [i]) for i, m in enumerate(messages)]
     repairs: list[Repair] = []
+    slots = [_Slot(m, [i]) for i, m in enumerate(_unique_call_ids(messages, repairs))]
     # Each pass can expose work for another (dropping an orphan can empty a request, which makes
     # two responses adjacent); iterate to a fixed point, which also makes normalize idempotent.
     for _ in range(len(slots) + 2):
@@ -383,7 +387,8 @@ def _already_valid(messages: Sequence[ModelMessage]) -> bool:
     # may still fill in): a longer list that begins with it is checked from there on.
     memo = _scope.scope_prefix_memo('integrity.valid')
     found = memo[0].longest_prefix(messages, memo[1]) if memo is not None else None
-    start, (expect_request, calls) = found if found is not None else (0, (True, ()))
+    start, (expect_request, calls, earlier) = found if found is not None else (0, (True, (), frozenset()))
+    seen = set(earlier)
     for i in range(start, len(messages)):
         message = messages[i]
         if isinstance(message, ModelRequest) is not expect_request:
@@ -394,10 +399,15 @@ def _already_valid(messages: Sequence[ModelMessage]) -> bool:
         if expect_request:
             if len(result_ids) != len(calls) or set(result_ids) != set(calls):
                 return False
-        elif len(set(call_ids)) != len(call_ids):
+        elif (
+            len(set(call_ids)) != len(call_ids)
+            or not seen.isdisjoint(call_ids)
+            or any(_readable_id(c) != c for c in call_ids)
+        ):
             return False
+        seen.update(call_ids)
         if i == len(messages) - 1 and expect_request and memo is not None:
-            memo[0].put(messages[:-1], (True, calls), memo[1])
+            memo[0].put(messages[:-1], (True, calls, frozenset(seen)), memo[1])
         calls = call_ids
         expect_request = not expect_request
     # A valid view ends with a request: after it we expect a response.
@@ -431,6 +441,89 @@ def validate_view(messages: Sequence[ModelMessage]) -> None:
     if report.duplicates:
         i, cid = report.duplicates[0]
         raise HistoryIntegrityError(i, f'tool call id {cid!r} is repeated')
+
+
+def unique_call_ids(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """`messages` where every tool call id is unique and can be named in a marker's ref.
+
+    Some models and providers number calls per response (`call_0` in every step) or send empty
+    ids. A view that repeats an id is rejected by some providers and makes a marker's ref (the
+    `tool_call_id`) name several results; an empty id, or one with a quote, a backslash, a control
+    character or surrounding space, cannot be written in `read_context('<ref>')` and read back. So
+    such a call becomes `<id>-<n>` (the first `n` from 2 not already used; the id made readable
+    first, `call` for an empty one), in the call and in its result. Only earlier messages decide
+    a name, so a log that grows keeps its names, and `read_context` finds a ref in the canonical
+    log by renaming it the same way. The last message's calls keep their ids while their results
+    are pending.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, UserPromptPart
+
+        from pydantic_ai_context.integrity import unique_call_ids
+
+        step = [ModelResponse(parts=[ToolCallPart('ls', {}, tool_call_id='0')]),
+                ModelRequest(parts=[ToolReturnPart('ls', 'a.py', tool_call_id='0')])]
+        log = [ModelRequest(parts=[UserPromptPart('list twice')]), *step, *step]
+        assert [p.tool_call_id for m in unique_call_ids(log)[3:] for p in m.parts] == ['0-2', '0-2']
+        ```
+    """
+    return _unique_call_ids(messages, [])
+
+
+_UNREADABLE_ID: Final = re.compile(r"['\\\x00-\x1f\x7f]")
+_MAX_ID_CHARS: Final = 120
+
+
+def _readable_id(call_id: str) -> str:
+    return _UNREADABLE_ID.sub('_', call_id.strip())[:_MAX_ID_CHARS] or 'call'
+
+
+def _unique_call_ids(messages: Sequence[ModelMessage], repairs: list[Repair]) -> list[ModelMessage]:
+    used: set[str] = set()
+    renames: dict[str, str] = {}
+    out: list[ModelMessage] = list(messages)
+    last = len(messages) - 1
+    for i, message in enumerate(messages):
+        if isinstance(message, ModelResponse):
+            renames = {}
+            ids = list(dict.fromkeys(c.tool_call_id for c in _parts.tool_calls(message)))
+            if i < last:
+                own = set(ids)
+                for cid in ids:
+                    name = _readable_id(cid)
+                    if name == cid and cid not in used:
+                        continue
+                    new, n = name, 2
+                    while new in used or (new in own and new != cid):
+                        new, n = f'{name}-{n}', n + 1
+                    renames[cid] = new
+                    used.add(new)
+                    why = 'was used by an earlier call' if cid in used else 'cannot be named in a marker'
+                    repairs.append(
+                        Repair(
+                            kind='renamed_call_id',
+                            index=i,
+                            detail=f'call id {cid!r} {why}; renamed {new!r} in the view',
+                            tool_call_id=cid,
+                        )
+                    )
+            used.update(ids)
+            if renames:
+                out[i] = _renamed(message, renames, _parts.is_tool_call)
+        elif renames and any(p.tool_call_id in renames for p in _parts.tool_results(message)):
+            out[i] = _renamed(message, renames, _parts.is_tool_result)
+    return out
+
+
+def _renamed(message: ModelMessage, renames: dict[str, str], which: Callable[[Any], bool]) -> ModelMessage:
+    parts: list[Any] = []
+    part: Any
+    for part in message.parts:
+        if which(part) and part.tool_call_id in renames:
+            part = dataclasses.replace(part, tool_call_id=renames[part.tool_call_id])
+        parts.append(part)
+    return _parts.replace_parts(message, parts)
 
 
 def _drop_empty(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:

@@ -36,6 +36,7 @@ from . import _parts, _search
 from ._markers import READ_CONTEXT, SEARCH_CONTEXT, conversation_key, has_ref, is_readback, ref_of
 from ._memo import ObjectMemo
 from .archive import ContextArchive
+from .integrity import unique_call_ids
 
 __all__ = (
     'READBACK_INSTRUCTION',
@@ -236,7 +237,8 @@ def read_context(
     ref = ref.strip()
     if not ref:
         raise ModelRetry("give the ref a marker names, e.g. read_context('call_abc').")
-    return _page(ref, _resolve(ref, log, archive), offset, limit)
+    # Markers name tool results as the view does: a reused or unreadable call id renamed (`<id>-<n>`).
+    return _page(ref, _resolve(ref, unique_call_ids(log), archive), offset, limit)
 
 
 # --- searching ------------------------------------------------------------------------------------
@@ -327,7 +329,7 @@ def search_context(
     limit = max(1, min(limit, MAX_SEARCH_HITS))
     if not _search.query_terms(query):
         raise ModelRetry('the query has no words to search for.')
-    docs = _documents(log, archive)
+    docs = _documents(unique_call_ids(log), archive)
     hits: list[str] = []
     shown: set[tuple[str, str]] = set()
     for index, snippet in _search.rank([d.text for d in docs], query, limit * 3):

@@ -35,6 +35,7 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelResponse,
 )
+from pydantic_core import PydanticSerializationError
 
 from pydantic_ai_context import _parts
 from pydantic_ai_context._memo import ObjectMemo
@@ -308,7 +309,12 @@ class SummarizeWindow(AsyncPolicy):
     def _message_digest(self, message: ModelMessage) -> str:
         found = self._digests.get(message)
         if found is None:
-            dumped = ModelMessagesTypeAdapter.dump_json([message], warnings=False)
+            try:
+                dumped = ModelMessagesTypeAdapter.dump_json([message], warnings=False)
+            except PydanticSerializationError:
+                # A lone surrogate (a tool that decoded bytes with `surrogateescape`) has no UTF-8 form.
+                python = ModelMessagesTypeAdapter.dump_python([message], warnings=False)
+                dumped = repr(python).encode('utf-8', 'surrogatepass')
             found = self._digests.put(message, hashlib.sha256(dumped).hexdigest(), size=64)
         return found
 

@@ -230,7 +230,7 @@ class TrimToolOutputs(SyncPolicy):
         changed = False
         keep = self.keep_tokens if old else clamp_at
         for j, part in enumerate(parts):
-            if keep is None or not self._may_trim(part, kept):
+            if keep is None or not self._may_trim(part, kept, old=old):
                 continue
             record = _parts.marker(part) or {}
             if record.get('kind') == CLAMPED and not old:
@@ -250,12 +250,14 @@ class TrimToolOutputs(SyncPolicy):
             changed = True
         return dataclasses.replace(message, parts=parts) if changed else message
 
-    def _may_trim(self, part: Any, failures: AbstractSet[str]) -> bool:
+    def _may_trim(self, part: Any, failures: AbstractSet[str], *, old: bool) -> bool:
+        # A read-back page is never trimmed, but one too large for the budget is clamped like any
+        # newest result (a page holds up to 20,000 characters; a user's tool may share the name).
         if (
             not isinstance(part, ToolReturnPart)
             or part.tool_call_id in failures
             or _parts.is_pinned(part)
-            or _markers.is_readback(part)
+            or (old and _markers.is_readback(part))
         ):
             return False
         record = _parts.marker(part)

@@ -47,6 +47,7 @@ from pydantic_ai_context import (
     resolve_context_window,
     validate_view,
 )
+from pydantic_ai_context._overflow import context_overflow
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR
 from pydantic_ai_context.tokens import default_counter
 
@@ -451,6 +452,27 @@ async def test_a_fallback_model_gets_views_that_fit_its_smallest_model() -> None
     assert max(small.totals) <= 16_000
     assert ctx_profile.last_usage is not None
     assert ctx_profile.last_usage.window_tokens == 16_000
+
+
+async def test_a_fallback_models_too_long_rejection_is_retried_tighter() -> None:
+    small = LiveModel(reading(10), name='small', window=16_000, rejects_over=6_000)
+    fallback, _ = small_and_large(small)
+    ctx_profile = profile('coding')
+    result = await coding_agent(small, ctx_profile).run('Read the modules.', model=fallback)
+    assert result.output == 'All read.'
+    assert small.rejected, 'the hidden limit was never hit: the test proves nothing'
+    rejections = [e for e in ctx_profile.events if e.policy == 'provider_rejected']
+    assert [e.details['provider_limit'] for e in rejections] == [6_000] * len(small.rejected)
+    assert max(small.totals) <= 6_000
+
+
+def test_an_exception_group_with_a_too_long_rejection_is_an_overflow() -> None:
+    too_long = exceptions.ModelHTTPError(400, 'm', body="This model's maximum context length is 8192 tokens")
+    down = exceptions.ModelHTTPError(503, 'm', body='overloaded')
+    overflow = context_overflow(ExceptionGroup('all failed', [down, too_long]))
+    assert overflow is not None
+    assert overflow.limit == 8_192
+    assert context_overflow(ExceptionGroup('all failed', [down, ValueError('x')])) is None
 
 
 # --- observers -------------------------------------------------------------------------------------

@@ -514,3 +514,32 @@ async def test_raising_observers_never_break_a_run_and_events_come_in_order(
     assert len({u.run_id for u in usages}) == 2
     # The gauge anchors on the provider's usage once the model reported it.
     assert any(u.anchored for u in usages)
+
+
+# --- the summariser is a request too ---------------------------------------------------------------
+
+
+async def test_summariser_requests_fit_the_window_of_the_model_that_serves_them() -> None:
+    window = 16_000
+    summaries: list[int] = []
+    steps: list[int] = []
+
+    def script(n: int, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not info.function_tools:  # the summariser: a tool-less agent on the run's model
+            summaries.append(live.totals[-1])
+            return ModelResponse(parts=[TextPart('Read modules 1 to 12 of src/pkg; nothing failed.')])
+        steps.append(n)
+        if len(steps) <= 24:
+            return ModelResponse(parts=[TextPart('Next. ' + prose(60, seed=n)), read_call(len(steps))])
+        return ModelResponse(parts=[TextPart('All read.')])
+
+    # The provider holds its published window: a summariser request over it fails.
+    live = LiveModel(script, rejects_over=window)
+    ctx_profile = profile('chat', context_window=window)
+    result = await coding_agent(live, ctx_profile).run('Read every module.')
+    assert result.output == 'All read.'
+    assert live.rejected == []
+    assert summaries, 'nothing was summarised: the test proves nothing'
+    summarised = [e for e in ctx_profile.events if e.policy == 'summarize_window']
+    assert summarised
+    assert all('summariser failed' not in e.reason for e in summarised)

@@ -554,7 +554,8 @@ async def test_the_summariser_reads_the_originals_of_what_the_view_masked() -> N
         'long_horizon',
         context_window=4_000,
         counter=HeuristicCounter(),
-        summary_model=FunctionModel(summariser),
+        # A summary model of its own (128k, by its name), whose window holds the whole transcript.
+        summary_model=FunctionModel(summariser, model_name='gpt-4o'),
     )
     await p.compile(h.build())
     assert prompts, 'no summary was made: the test proves nothing'

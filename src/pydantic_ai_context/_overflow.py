@@ -61,8 +61,19 @@ class Overflow:
 
 
 def context_overflow(error: BaseException) -> Overflow | None:
-    """The overflow `error` reports, or `None` if it is not a "too long" rejection."""
+    """The overflow `error` reports, or `None` if it is not a "too long" rejection.
+
+    An exception group (a `FallbackExceptionGroup`: every model of a `FallbackModel` failed) is an
+    overflow when one of its errors is: a tighter request may then succeed. The smallest limit
+    stated among them wins.
+    """
     from pydantic_ai import exceptions
+
+    if isinstance(error, BaseExceptionGroup):
+        found = [o for o in map(context_overflow, error.exceptions) if o is not None]
+        if not found:
+            return None
+        return min(found, key=lambda o: (o.limit is None, o.limit or 0))
 
     window_error = getattr(exceptions, 'ModelContextWindowExceededError', None)
     status = getattr(error, 'status_code', None)

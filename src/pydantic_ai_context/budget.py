@@ -229,6 +229,9 @@ def resolve_context_window(model: Model | str | None = None, *, explicit: int | 
       with the installed package is read: nothing here fetches updates.
     - Else `DEFAULT_CONTEXT_WINDOW` (32,000), with source `'default'`.
 
+    A `FallbackModel` may send any request to any of its models: its window is the smallest of
+    theirs (with that model's source), so that a view fitted to it fits whichever model serves.
+
     A model name string is not turned into a profile: that would import the provider's SDK.
 
     Example:
@@ -245,6 +248,9 @@ def resolve_context_window(model: Model | str | None = None, *, explicit: int | 
         return ContextWindow(explicit, 'explicit')
     if model is None:
         return ContextWindow(DEFAULT_CONTEXT_WINDOW, 'default')
+    members = _fallback_members(model)
+    if members:
+        return min((resolve_context_window(m) for m in members), key=lambda w: w.tokens)
     if not isinstance(model, str):
         window = _profile_context_window(model)
         if window is not None:
@@ -255,6 +261,13 @@ def resolve_context_window(model: Model | str | None = None, *, explicit: int | 
         if window is not None:
             return ContextWindow(window, 'genai-prices')
     return ContextWindow(DEFAULT_CONTEXT_WINDOW, 'default')
+
+
+def _fallback_members(model: Any) -> list[Any]:
+    """The models a `FallbackModel` tries (it has no profile of its own), else nothing."""
+    from pydantic_ai.models.fallback import FallbackModel
+
+    return list(model.models) if isinstance(model, FallbackModel) else []
 
 
 def _valid_window(value: Any) -> int | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from pydantic_core import PydanticSerializationError
 
 from pydantic_ai_context import _parts
 from pydantic_ai_context._memo import ObjectMemo
+from pydantic_ai_context.budget import resolve_context_window
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.policies._base import AsyncPolicy
 from pydantic_ai_context.policies._frontier import unresolved_failures
@@ -97,6 +99,10 @@ _OVERSIZE: Final = 2
 _MIN_TAIL_SHARE: Final = 0.1
 """Share of the limit the recent steps need beside the task framing and a summary for a summary to be
 worth making."""
+_MIN_PART_CHARS: Final = 250
+"""The shortest clip of one part when a transcript is cut down to fit the summariser's window."""
+_PROMPT_FRAMING_TOKENS: Final = 64
+"""Tokens a provider adds around the summariser's instructions and prompt (roles, separators)."""
 FALLBACK_TEMPLATE: Final = (
     '[pydantic-ai-context: {n} earlier {messages} removed to fit the context window; '
     'a summary could not be produced]'
@@ -557,15 +563,11 @@ class SummarizeWindow(AsyncPolicy):
         if not self._breaker.allows(now, self.breaker_cooldown):
             return self._fallback(previous, messages, start, end, zones, context, why, 'circuit breaker open')
         instructions = SUMMARISER_INSTRUCTIONS + (f'\n\n{self.instructions}' if self.instructions else '')
-        prompt = summary_prompt(
-            render_transcript(
-                messages[start:end],
-                max_part_chars=self.max_part_chars,
-                originals=_shortened_originals(messages[start:end], context.log),
-            ),
-            previous_summary=previous,
-            max_tokens=size,
-        )
+        prompt = self._fitted_prompt(messages[start:end], context, previous, size, instructions, model)
+        if prompt is None:
+            return self._fallback(
+                previous, messages, start, end, zones, context, why, "transcript over the summariser's window"
+            )
         try:
             text, input_tokens, output_tokens = await run_summariser(
                 model, prompt, instructions=instructions, timeout=self.timeout
@@ -608,6 +610,36 @@ class SummarizeWindow(AsyncPolicy):
         context.note(f'{why}: summarised {covered} messages', covers=covered, **usage)
         return text, 'summary'
 
+    def _fitted_prompt(
+        self,
+        span: Sequence[ModelMessage],
+        context: CompileContext,
+        previous: str | None,
+        size: int | None,
+        instructions: str,
+        model: Any,
+    ) -> str | None:
+        """The summariser's prompt for `span`, within what its model accepts; `None` if nothing fits.
+
+        The transcript reads the originals of what the view shortened, so it can be far larger
+        than the view: parts are clipped shorter (the facts of each original are still listed),
+        then the view's own text stands for the originals, until the prompt fits.
+        """
+        limit = _summariser_input_limit(context, model, instructions, size)
+        originals = _shortened_originals(span, context.log)
+        max_chars = self.max_part_chars
+        while True:
+            transcript = render_transcript(span, max_part_chars=max_chars, originals=originals)
+            prompt = summary_prompt(transcript, previous_summary=previous, max_tokens=size)
+            if limit is None or context.counter.count_text(prompt) <= limit:
+                return prompt
+            if max_chars > _MIN_PART_CHARS:
+                max_chars = max(_MIN_PART_CHARS, max_chars // 2)
+            elif originals:
+                originals, max_chars = {}, self.max_part_chars
+            else:
+                return None
+
     def _fallback(
         self,
         previous: str | None,
@@ -642,6 +674,27 @@ def summarize_window(**settings: Any) -> SummarizeWindow:
         ```
     """
     return SummarizeWindow(**settings)
+
+
+def _summariser_input_limit(
+    context: CompileContext, model: Any, instructions: str, size: int | None
+) -> int | None:
+    """Tokens the summariser's prompt may hold: its model's window less its instructions and answer.
+
+    The run's model has the run's budget window (explicit, or tightened by a provider's rejection);
+    a summary model of its own has its own window where one is known, else the run's.
+    """
+    budget = context.budget
+    if budget is None:
+        return None
+    window = budget.context_window
+    if model is not None and model is not getattr(context.run_context, 'model', None):
+        own = resolve_context_window(model)
+        if own.source != 'default':
+            window = own.tokens
+    answer = max(size or 0, budget.reserved_output)
+    usable = math.floor(window * (1 - budget.safety_margin))
+    return usable - answer - context.counter.count_text(instructions) - _PROMPT_FRAMING_TOKENS
 
 
 def _shortened_originals(span: Sequence[ModelMessage], log: Sequence[ModelMessage]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pydantic_ai_context import (
     ContextBudgetExceeded,
     HeuristicCounter,
     normalize,
+    profile,
     validate_view,
 )
 from pydantic_ai_context._markers import without_ref
@@ -401,3 +402,27 @@ def test_the_drop_note_keeps_its_text_as_more_steps_are_dropped_and_reads_them_a
     assert dropped
     missing = [i for i in dropped if f'UNIQUE-{i} ' not in page]
     assert not missing, (missing, page[:3000])
+
+
+@pytest.mark.parametrize('name', ['coding', 'chat', 'long_horizon'])
+async def test_parallel_results_each_clamped_to_the_trim_share_are_clamped_again_to_fit(name: str) -> None:
+    # The trim policy clamps each newest result to half the budget; three of them in one step were
+    # then too large together, and fit could not clamp a result already clamped: the compile
+    # raised ContextBudgetExceeded although the newest step, clamped to the room left, fits.
+    counter = HeuristicCounter()
+    h = History().user('read the three files')
+    h.step(Tool('ls', {}, 'a.py\nb.py\nc.py', id='c1'))
+    h.step(
+        *(Tool('read_file', {'path': f}, long_text(400, prefix=f), id=f) for f in ('a.py', 'b.py', 'c.py'))
+    )
+    log = h.build()
+    snapshot = copy.deepcopy(log)
+    view = await profile(name, context_window=4_000, counter=counter).compile(log)
+    assert_all(log, snapshot, view)
+    assert counter.count_messages(view) <= 2_920
+    newest = view[-1].parts
+    assert [marker(p)['kind'] for p in newest] == ['clamped'] * 3
+    # Each marker still states its original's size, once, and names its ref.
+    assert [marker(p)['tokens'] for p in newest] == [counter.count_text(p.content) for p in log[-1].parts]
+    assert all(p.content.count('trimmed by pydantic-ai-context') == 1 for p in newest)
+    assert await profile(name, context_window=4_000, counter=counter).compile(view) == view

@@ -150,7 +150,8 @@ async def test_hostile_steps_keep_the_invariants_and_every_ref_reads_back(
         try:
             view = await p.compile(log)
         except ContextBudgetExceeded:
-            # A clear error, never a crash (the newest step's clamp does not always fit 4k: open).
+            # Only the preset that never compacts may refuse: the others clamp the newest step.
+            assert name == 'transparent'
             continue
         assert_all(log, snapshot, view)
         ids = call_ids(view)

@@ -224,6 +224,8 @@ class TrimToolOutputs(SyncPolicy):
         clamp_at: int | None,
         kept: frozenset[str],
         context: CompileContext,
+        *,
+        reclamp: bool = False,
     ) -> ModelRequest:
         counter = context.counter
         parts: list[Any] = list(message.parts)
@@ -233,7 +235,9 @@ class TrimToolOutputs(SyncPolicy):
             if keep is None or not self._may_trim(part, kept, old=old):
                 continue
             record = _parts.marker(part) or {}
-            if record.get('kind') == CLAMPED and not old:
+            # A clamped result stays as it is on a view of a view (its marker may take it a little
+            # over the limit), unless the caller asks for a smaller size than it was clamped to.
+            if record.get('kind') == CLAMPED and not old and not reclamp:
                 continue
             text = _parts.tool_content_text(part.content)
             tokens = part_text_tokens(part, counter)
@@ -423,7 +427,9 @@ def shorten_results(
     trim = TrimToolOutputs(max_tokens=max_tokens, keep_tokens=max_tokens)
     context = CompileContext(counter=counter, originals=originals)
     if recent:
-        return trim._trim_request(message, False, max_tokens, max_tokens, frozenset(), context)
+        # Parallel results, each clamped to the trim policy's share of the budget, may still not
+        # fit together: the room left is what counts here, so a clamped result is clamped again.
+        return trim._trim_request(message, False, max_tokens, max_tokens, frozenset(), context, reclamp=True)
     return trim._trim_request(message, True, max_tokens, None, frozenset(), context)
 
 

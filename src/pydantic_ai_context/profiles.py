@@ -19,7 +19,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -175,6 +175,13 @@ class ContextProfile(AbstractCapability[Any]):
             check_keywords(_common_settings_factory, self._common_values(), preset=self.name)
             if self.context_window is not None:
                 self.budget_for(None)  # the window leaves room for messages after what is reserved
+            if self.counter is not None and not all(
+                callable(getattr(self.counter, method, None)) for method in ('count_text', 'count_message')
+            ):
+                raise ContextSettingsError(
+                    f'profile {self.name!r}: invalid setting counter={self.counter!r}: expected a '
+                    'TokenCounter (such as TiktokenCounter() or HeuristicCounter())'
+                )
         except ContextSettingsError:
             raise
         except (TypeError, ValueError) as exc:
@@ -955,7 +962,12 @@ def _handlers(given: Any) -> list[EventHandler]:
     """One callable or a sequence of them, as a list; `TypeError` for anything else."""
     if given is None:
         return []
-    items = [given] if callable(given) else list(given)
+    if callable(given):
+        items = [given]
+    elif isinstance(given, str | bytes) or not isinstance(given, Iterable):
+        raise TypeError(f'an event handler must be callable (or a sequence of callables), got {given!r}')
+    else:
+        items = list(given)
     for item in items:
         if not callable(item):
             raise TypeError(f'an event handler must be callable, got {item!r}')

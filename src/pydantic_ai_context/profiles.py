@@ -832,9 +832,10 @@ def profile(name: str | None = None, **overrides: Any) -> ContextProfile:
     """Build the preset called `name`, with settings from keywords, then the environment, then its defaults.
 
     Every preset accepts `context_window`, `reserved_output`, `reserved_system`,
-    `soft_threshold`, `counter`, `summary_model`, and the event handlers `on_event` (every event),
-    `on_compaction` (`CompactionEvent`s only) and `on_usage` (`ContextUsageEvent`s only), plus its
-    own documented settings. Settings not given as keywords come from `PYDANTIC_AI_CONTEXT_*`
+    `soft_threshold`, `counter`, `summary_model`, `readback`, `readback_store`,
+    `max_overflow_retries`, `overflow_shrink` (the `ContextProfile` fields of those names), and the
+    event handlers `on_event` (every event), `on_compaction` (`CompactionEvent`s only) and
+    `on_usage` (`ContextUsageEvent`s only), plus its own documented settings. Settings not given as keywords come from `PYDANTIC_AI_CONTEXT_*`
     environment variables (see `ContextSettings`); without a `name`, `PYDANTIC_AI_CONTEXT_PROFILE`
     names the preset (default `'transparent'`).
 

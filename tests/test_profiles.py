@@ -219,3 +219,14 @@ async def test_history_processor_shapes_are_recognised() -> None:
     log = History().user('go').build()
     assert await p.compile(log) == log
     assert seen == ['plain', 'ctx=None', 'run=None']
+
+
+def test_a_run_with_the_capability_warns_about_nothing() -> None:
+    # pydantic-ai 1.107 deprecates `ModelRequestParameters.builtin_tools` (a `UserWarning`): reading
+    # it warned on every request.
+    from pydantic_ai.models.test import TestModel
+
+    agent = Agent(TestModel(), capabilities=[profile('coding')])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert agent.run_sync('hello').output

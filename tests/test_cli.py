@@ -430,6 +430,15 @@ def test_inspect_history_out_of_range_says_which_there_are(
     assert 'holds 2 histories (--history 0 to 1)' in capsys.readouterr().err
 
 
+def test_an_unknown_summary_model_is_a_usage_error_before_any_work(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A typo used to replay silently with the static fallback marker in place of every summary.
+    for command in ('replay', 'inspect'):
+        assert main([command, str(REAL), '-p', 'long_horizon', '--summary-model', 'gpt4-typo']) == 2
+        assert "--summary-model 'gpt4-typo'" in capsys.readouterr().err
+
+
 def test_inspect_rejects_an_empty_or_response_only_history(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

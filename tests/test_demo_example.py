@@ -16,7 +16,12 @@ SRC = str(Path(__file__).resolve().parents[1] / 'src')
 def run_demo(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, 'PYTHONPATH': SRC + os.pathsep + os.environ.get('PYTHONPATH', ''), 'COLUMNS': '120'}
     return subprocess.run(
-        [sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, env=env, timeout=300, check=False
+        [sys.executable, str(EXAMPLE), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
     )
 
 

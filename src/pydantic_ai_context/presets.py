@@ -37,6 +37,7 @@ Share = Annotated[float, Field(gt=0, le=1)]
 # A collection of tool names, never one string (whose letters it would hold); from the environment,
 # a JSON list (`PYDANTIC_AI_CONTEXT_EXCLUDE_TOOLS='["think"]'`).
 ToolNames = Sequence[str] | set[str] | frozenset[str]
+_EXCLUDED_TOOLS = tuple(sorted(DEFAULT_EXCLUDED_TOOLS))
 
 
 def transparent(**settings: Any) -> ContextProfile:
@@ -59,7 +60,7 @@ def coding(
     trim_threshold: PositiveInt = 400,
     clip_args: NonNegativeInt = 80,
     isolate_mode: IsolateMode = 'digest',
-    exclude_tools: ToolNames = tuple(sorted(DEFAULT_EXCLUDED_TOOLS)),
+    exclude_tools: ToolNames = _EXCLUDED_TOOLS,
     keep_last_steps: NonNegativeInt = 2,
     **common: Any,
 ) -> ContextProfile:
@@ -164,7 +165,7 @@ def long_horizon(
     trim_threshold: PositiveInt = 400,
     clip_args: NonNegativeInt = 80,
     isolate_mode: IsolateMode = 'digest',
-    exclude_tools: ToolNames = tuple(sorted(DEFAULT_EXCLUDED_TOOLS)),
+    exclude_tools: ToolNames = _EXCLUDED_TOOLS,
     summary_step: PositiveInt = 8,
     summary_threshold: Share = 0.95,
     summary_low_water: Share = 0.6,

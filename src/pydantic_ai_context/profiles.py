@@ -835,9 +835,9 @@ def profile(name: str | None = None, **overrides: Any) -> ContextProfile:
     `soft_threshold`, `counter`, `summary_model`, `readback`, `readback_store`,
     `max_overflow_retries`, `overflow_shrink` (the `ContextProfile` fields of those names), and the
     event handlers `on_event` (every event), `on_compaction` (`CompactionEvent`s only) and
-    `on_usage` (`ContextUsageEvent`s only), plus its own documented settings. Settings not given as keywords come from `PYDANTIC_AI_CONTEXT_*`
-    environment variables (see `ContextSettings`); without a `name`, `PYDANTIC_AI_CONTEXT_PROFILE`
-    names the preset (default `'transparent'`).
+    `on_usage` (`ContextUsageEvent`s only), plus its own documented settings. Settings not given
+    as keywords come from `PYDANTIC_AI_CONTEXT_*` environment variables (see `ContextSettings`);
+    without a `name`, `PYDANTIC_AI_CONTEXT_PROFILE` names the preset (default `'transparent'`).
 
     Settings are checked here, not at the first model request: an unknown setting raises
     `TypeError` naming it; an unknown preset raises `ValueError` listing the known ones; a value a

@@ -111,6 +111,17 @@ def substitute_models(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return asked
 
 
+@pytest.fixture(autouse=True)
+def restore_presets() -> Iterator[None]:
+    """A block may register a preset (`register_profile`): later tests see only the ones before it."""
+    from pydantic_ai_context import _registry
+
+    before = dict(_registry.PRESETS)
+    yield
+    _registry.PRESETS.clear()
+    _registry.PRESETS.update(before)
+
+
 def test_the_docs_have_examples() -> None:
     pages = {e.path.name for e in EXAMPLES if e.path.suffix == '.md'}
     assert {'README.md', 'getting-started.md', 'observability.md'} <= pages

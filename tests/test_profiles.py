@@ -26,6 +26,7 @@ from pydantic_ai_context import (
     HeuristicCounter,
     available_profiles,
     profile,
+    register_profile,
 )
 
 from .builders import History, Tool
@@ -230,3 +231,11 @@ def test_a_run_with_the_capability_warns_about_nothing() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         assert agent.run_sync('hello').output
+
+
+def test_register_profile_checks_its_arguments() -> None:
+    with pytest.raises(TypeError, match='non-empty str'):
+        register_profile(3, profile)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match='must be callable'):
+        register_profile('broken', None)  # type: ignore[arg-type]
+    assert 'broken' not in available_profiles()

@@ -814,12 +814,50 @@ _PRESETS = _registry.PRESETS  # the same dict: tests and plugins may register th
 
 
 def register_profile(name: str, factory: PresetFactory) -> None:
-    """Make `profile(name, ...)` build profiles with `factory(**settings)`."""
+    """Make `profile(name, ...)` build profiles with `factory(**settings)`.
+
+    The factory's keyword-only parameters are the preset's own settings (checked against their
+    annotations, and read from `PYDANTIC_AI_CONTEXT_*` variables like the built-in presets'); the
+    common settings arrive in `**common`. Registering an existing name replaces its factory.
+
+    Example:
+        ```python
+        from typing import Any
+
+        from pydantic_ai_context import ContextProfile, available_profiles, profile, register_profile
+        from pydantic_ai_context.policies import fit_to_budget, mask_observations
+        from pydantic_ai_context.profiles import split_settings
+
+
+        def lean(*, keep_recent: int = 1, **common: Any) -> ContextProfile:
+            fields, _ = split_settings(common)
+            steps = (mask_observations(keep_recent=keep_recent, step=1), fit_to_budget())
+            return ContextProfile(name='lean', steps=steps, **fields)
+
+
+        register_profile('lean', lean)
+        assert 'lean' in available_profiles()
+        print(profile('lean', context_window=32_000))
+        # ContextProfile(name='lean', chain=[normalize -> mask_observations -> fit_to_budget], context_window=32000)
+        ```
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f'a profile name must be a non-empty str, got {name!r}')
+    if not callable(factory):
+        raise TypeError(f'profile {name!r}: the factory must be callable, got {factory!r}')
     _registry.register(name, factory)
 
 
 def available_profiles() -> list[str]:
-    """Names accepted by `profile()`."""
+    """Names accepted by `profile()`, sorted.
+
+    Example:
+        ```python
+        from pydantic_ai_context import available_profiles
+
+        assert {'chat', 'coding', 'long_horizon', 'transparent'} <= set(available_profiles())
+        ```
+    """
     return _registry.names()
 
 

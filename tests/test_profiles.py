@@ -239,3 +239,18 @@ def test_register_profile_checks_its_arguments() -> None:
     with pytest.raises(TypeError, match='must be callable'):
         register_profile('broken', None)  # type: ignore[arg-type]
     assert 'broken' not in available_profiles()
+
+
+def test_a_preset_with_other_steps_keeps_them_through_replace() -> None:
+    # `replace` rebuilds a preset from its settings: a chain changed with `replace(steps=...)` was
+    # silently rebuilt as the preset's own by the next `replace(context_window=...)`.
+    def drop_nothing(messages: list[ModelMessage]) -> list[ModelMessage]:
+        return messages
+
+    coding = profile('coding', context_window=64_000)
+    mine = coding.replace(steps=(drop_nothing, *coding.steps))
+    assert mine.name == 'custom'
+    again = mine.replace(context_window=32_000)
+    assert again.steps[0] is drop_nothing
+    assert again.context_window == 32_000
+    assert coding.replace(steps=coding.steps, name='coding-like').name == 'coding-like'

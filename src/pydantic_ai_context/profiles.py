@@ -736,10 +736,16 @@ class ContextProfile(AbstractCapability[Any]):
         return ProcessHistory(self.history_processors[0])
 
     def replace(self, **changes: Any) -> ContextProfile:
-        """A copy with some settings changed (presets are rebuilt from their settings)."""
+        """A copy with some settings changed (presets are rebuilt from their settings).
+
+        A copy with other `steps` is no longer its preset: unless `name` is given it is named
+        `'custom'`, so a later `replace` keeps its chain instead of rebuilding the preset's.
+        """
         if self.name in _PRESETS and not ({'steps'} & changes.keys()):
             merged = {**self._overrides(), **changes}
             return profile(self.name, **merged)
+        if 'steps' in changes and 'name' not in changes and self.name in _PRESETS:
+            changes = {**changes, 'name': 'custom'}
         # A copy observes its own compiles: it must not share the event history.
         return dataclasses.replace(self, **{'events': collections.deque(maxlen=_EVENTS_KEPT), **changes})
 

@@ -174,7 +174,7 @@ class ContextSession:
         # A copy even without summarising steps: the profile keeps per-compile state (events, the
         # last view sent) that must not mix two conversations. Its events are also recorded on
         # the user's profile, so `base.run_events()` after `session.run` shows the run's compactions.
-        changes: dict[str, Any] = {'steps': tuple(steps)}
+        changes: dict[str, Any] = {'steps': tuple(steps), 'name': base.name}
         if self._readback is not None:
             changes['readback_store'] = self._readback
         return base.replace(**changes).recording_into(base)

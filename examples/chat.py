@@ -40,7 +40,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_context import ContextBudget, ContextProfile, MemoryStore, SessionStore, SqliteStore
-from pydantic_ai_context.commands import compact_result, patch_dangling_tool_calls
+from pydantic_ai_context.commands import compact_result, history_stats, patch_dangling_tool_calls
 from pydantic_ai_context.policies.summarize import summarize_window
 from pydantic_ai_context.session import ContextSession
 
@@ -74,7 +74,7 @@ def fake_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=[TextPart(f'You said: {text}')])
 
 
-def build_agent() -> tuple[Agent[None, str], Any]:
+def build_agent() -> tuple[Agent[None, str], Any, ContextProfile]:
     name = os.environ.get('PYDANTIC_AI_CONTEXT_MODEL')
     model: Any = name or FunctionModel(fake_model)
     profile = ContextProfile(
@@ -106,7 +106,7 @@ def build_agent() -> tuple[Agent[None, str], Any]:
         await asyncio.sleep(float(os.environ.get('CHAT_DEPLOY_SECONDS', '20')))
         return f'deployed to {env}'
 
-    return agent, model
+    return agent, model, profile
 
 
 async def turn(
@@ -186,7 +186,7 @@ def resume(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    agent, model = build_agent()
+    agent, model, ctx_profile = build_agent()
     budget = ContextBudget(context_window=CONTEXT_WINDOW)
     store = open_store(args)
     session = (
@@ -211,7 +211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(session.clear())
             print('history cleared', flush=True)
         elif command == '/history':
-            print(session.stats(budget=budget), flush=True)
+            # The agent's profile measured what its requests send besides messages (tool definitions).
+            stats = history_stats(session.messages(), budget=budget, overhead=ctx_profile.last_overhead)
+            print(stats, flush=True)
         elif command == '/sessions':
             print(list_sessions(store, session.session_id), flush=True)
         elif command == '/resume':

@@ -4,7 +4,7 @@ Runs a pydantic-ai agent on a scripted `FunctionModel` (no network, no API key) 
 large files and runs a noisy test suite over many steps. For every model request it prints
 the tokens in the full log beside the tokens in the view the model actually received.
 
-    python examples/demo.py [--profile coding] [--steps 30]
+    python examples/demo.py [--profile coding] [--steps 30] [--window 128000]
 """
 
 from __future__ import annotations
@@ -120,13 +120,22 @@ async def main(profile_name: str, steps: int, window: int) -> None:
             )
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'must be a positive integer, got {text}')
+    return value
+
+
 if __name__ == '__main__':
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     default = 'coding' if 'coding' in available_profiles() else 'transparent'
     parser.add_argument('--profile', default=default, choices=available_profiles())
-    parser.add_argument('--steps', type=int, default=30)
-    parser.add_argument('--window', type=int, default=128_000)
+    parser.add_argument('--steps', type=positive, default=30, help='tool steps the agent takes (default 30)')
+    parser.add_argument(
+        '--window', type=positive, default=128_000, help='context window in tokens (default 128,000)'
+    )
     args = parser.parse_args()
     asyncio.run(main(args.profile, args.steps, args.window))

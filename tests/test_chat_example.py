@@ -60,6 +60,9 @@ def test_commands_from_piped_stdin() -> None:
     assert '4 messages' not in out
     assert '6 messages, 2 user turns, 1 tool call,' in out
     assert 'read_log:' in out
+    # The agent's two tools are part of every request: /history counts their definitions.
+    tools_line = next(line for line in out.splitlines() if line.strip().startswith('messages 6,'))
+    assert 'tools 0 tokens' not in tools_line
     assert 'compacted:' in out
     assert '2 messages, 0 user turns' in out
     assert 'history cleared' in out

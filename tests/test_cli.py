@@ -399,6 +399,46 @@ def test_a_history_with_nothing_to_replay_is_an_error_not_a_table_of_zeros(
     assert 'input tokens' not in captured.out
 
 
+@pytest.mark.parametrize(
+    ('content', 'problem'),
+    [
+        ('', 'the file is empty'),
+        (' \n', 'the file is empty'),
+        ('[{"role": "user", "content": "hi"}]', 'looks like OpenAI chat format'),
+    ],
+)
+def test_an_empty_file_or_openai_chat_json_is_named_as_such(
+    content: str, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / 'odd.json'
+    path.write_text(content)
+    for command in ('replay', 'inspect'):
+        assert main([command, str(path)]) == 1
+        err = capsys.readouterr().err
+        assert problem in err
+        assert 'Expecting value' not in err
+
+
+def test_inspect_history_out_of_range_says_which_there_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(['inspect', str(REAL), '--history', '3']) == 2
+    assert 'holds 1 history (--history 0)' in capsys.readouterr().err
+    path = tmp_path / 'two.json'
+    path.write_text(f'[{REAL.read_text()}, {REAL.read_text()}]')
+    assert main(['inspect', str(path), '--history', '2']) == 2
+    assert 'holds 2 histories (--history 0 to 1)' in capsys.readouterr().err
+
+
+def test_an_unknown_summary_model_is_a_usage_error_before_any_work(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A typo used to replay silently with the static fallback marker in place of every summary.
+    for command in ('replay', 'inspect'):
+        assert main([command, str(REAL), '-p', 'long_horizon', '--summary-model', 'gpt4-typo']) == 2
+        assert "--summary-model 'gpt4-typo'" in capsys.readouterr().err
+
+
 def test_inspect_rejects_an_empty_or_response_only_history(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -128,6 +128,18 @@ def test_a_failed_compact_keeps_the_error_type_and_status_not_the_body(error: Ex
     assert 'SECRET' not in result.reason
 
 
+@pytest.mark.parametrize('model', ['gpt4-typo', None])
+def test_a_model_that_cannot_be_built_is_named_with_why(model: object) -> None:
+    # It used to say only "the summariser failed: UserError" (or TypeError for None).
+    log = chat_log()
+    result = asyncio.run(compact_result(log, model=model, counter=HeuristicCounter()))
+    assert not result.compacted
+    assert result.reason.startswith(f'cannot use the model {model!r}')
+    if model is not None:  # pydantic-ai's own words: an unknown model, or the package to install
+        assert result.reason.startswith(f'cannot use the model {model!r}: ')
+    assert result.messages == log
+
+
 def test_compact_after_an_interrupt() -> None:
     model, prompts = summariser()
     log = History().user('deploy').call(Tool('deploy', {'env': 'prod'})).messages

@@ -111,6 +111,17 @@ def substitute_models(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return asked
 
 
+@pytest.fixture(autouse=True)
+def restore_presets() -> Iterator[None]:
+    """A block may register a preset (`register_profile`): later tests see only the ones before it."""
+    from pydantic_ai_context import _registry
+
+    before = dict(_registry.PRESETS)
+    yield
+    _registry.PRESETS.clear()
+    _registry.PRESETS.update(before)
+
+
 def test_the_docs_have_examples() -> None:
     pages = {e.path.name for e in EXAMPLES if e.path.suffix == '.md'}
     assert {'README.md', 'getting-started.md', 'observability.md'} <= pages
@@ -163,3 +174,18 @@ def check_extras(providers: set[str], text: str) -> None:
         assert f'pydantic-ai-slim[{extra}]' in text, (
             f'the block runs a {provider!r} model: the page must say to install "pydantic-ai-slim[{extra}]"'
         )
+
+
+def test_every_public_class_has_a_docstring_with_an_example() -> None:
+    # STYLE: each public name has a docstring with an example; the blocks themselves run above.
+    import inspect as inspect_module
+
+    import pydantic_ai_context
+
+    missing = [
+        name
+        for name in pydantic_ai_context.__all__
+        if inspect_module.isclass(obj := getattr(pydantic_ai_context, name))
+        and '```python' not in (inspect_module.getdoc(obj) or '')
+    ]
+    assert not missing, f'public classes without a docstring example: {missing}'

@@ -246,8 +246,23 @@ def test_notes_what_it_did() -> None:
     ctx = context()
     isolate_boundaries().apply(log, ctx)
     reason, details = ctx._take_notes()
-    assert 'isolated 1 finished run' in reason
+    assert 'isolated 1 finished run (digest, 2 tool calls)' in reason
     assert details['isolated_calls'] == 2
+
+
+def test_one_call_is_one_tool_call_in_the_note() -> None:
+    log = (
+        History()
+        .user('List the files.')
+        .step(Tool('execute_bash', {'command': 'ls'}, 'src/app/models.py'))
+        .answer('One file.')
+        .user('Thanks.')
+        .build()
+    )
+    ctx = context()
+    isolate_boundaries().apply(log, ctx)
+    reason, _ = ctx._take_notes()
+    assert reason.endswith('(digest, 1 tool call)')
 
 
 def test_unknown_mode_is_rejected() -> None:

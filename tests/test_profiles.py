@@ -26,6 +26,7 @@ from pydantic_ai_context import (
     HeuristicCounter,
     available_profiles,
     profile,
+    register_profile,
 )
 
 from .builders import History, Tool
@@ -219,3 +220,37 @@ async def test_history_processor_shapes_are_recognised() -> None:
     log = History().user('go').build()
     assert await p.compile(log) == log
     assert seen == ['plain', 'ctx=None', 'run=None']
+
+
+def test_a_run_with_the_capability_warns_about_nothing() -> None:
+    # pydantic-ai 1.107 deprecates `ModelRequestParameters.builtin_tools` (a `UserWarning`): reading
+    # it warned on every request.
+    from pydantic_ai.models.test import TestModel
+
+    agent = Agent(TestModel(), capabilities=[profile('coding')])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert agent.run_sync('hello').output
+
+
+def test_register_profile_checks_its_arguments() -> None:
+    with pytest.raises(TypeError, match='non-empty str'):
+        register_profile(3, profile)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match='must be callable'):
+        register_profile('broken', None)  # type: ignore[arg-type]
+    assert 'broken' not in available_profiles()
+
+
+def test_a_preset_with_other_steps_keeps_them_through_replace() -> None:
+    # `replace` rebuilds a preset from its settings: a chain changed with `replace(steps=...)` was
+    # silently rebuilt as the preset's own by the next `replace(context_window=...)`.
+    def drop_nothing(messages: list[ModelMessage]) -> list[ModelMessage]:
+        return messages
+
+    coding = profile('coding', context_window=64_000)
+    mine = coding.replace(steps=(drop_nothing, *coding.steps))
+    assert mine.name == 'custom'
+    again = mine.replace(context_window=32_000)
+    assert again.steps[0] is drop_nothing
+    assert again.context_window == 32_000
+    assert coding.replace(steps=coding.steps, name='coding-like').name == 'coding-like'

@@ -177,6 +177,24 @@ async def test_set_messages_clear_conversation_and_stats() -> None:
     assert [info.session_id for info in await store.sessions()] == ['s']
 
 
+async def test_stats_count_the_tool_definitions_the_agent_sends() -> None:
+    # `/history` in examples/chat.py used to say "tools 0 tokens" for an agent with tools.
+    from pydantic_ai.models.test import TestModel
+
+    agent = Agent(TestModel(call_tools=[]))
+
+    @agent.tool_plain
+    def read_log(name: str) -> str:
+        """Read a log file."""
+        return name
+
+    session = ContextSession(store=MemoryStore())
+    await session.run(agent, 'hello')
+    stats = session.stats()
+    assert stats.tools_tokens > 0
+    assert stats.tools_tokens == session.profile.last_overhead.tools_tokens  # type: ignore[union-attr]
+
+
 async def test_budget_from_explicit_value_else_from_the_model() -> None:
     seen: list[ContextBudget | None] = []
 

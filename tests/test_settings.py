@@ -222,3 +222,56 @@ def test_settings_do_not_import_profiles() -> None:
         elif isinstance(node, ast.Import):
             imported.update(alias.name for alias in node.names)
     assert not {name for name in imported if 'profiles' in name or 'presets' in name}
+
+
+# --- collections, objects and flags --------------------------------------------------------------
+
+
+@pytest.mark.parametrize('preset', ['coding', 'long_horizon'])
+def test_exclude_tools_is_a_collection_of_names_never_a_string(preset: str) -> None:
+    # A string is iterable: it used to exclude the tools named 't', 'h', 'i', 'n' and 'k'.
+    with pytest.raises(ContextSettingsError, match="exclude_tools='think'"):
+        profile(preset, exclude_tools='think')
+    for names in (['think'], ('think',), {'think'}, frozenset({'think'})):
+        mask = next(s for s in profile(preset, exclude_tools=names).steps if s.name == 'mask_observations')
+        assert mask.exclude_tools == frozenset({'think'})
+
+
+def test_mask_observations_rejects_a_string_of_tool_names() -> None:
+    from pydantic_ai_context import mask_observations
+
+    with pytest.raises(TypeError, match=r"exclude_tools=\['think'\]"):
+        mask_observations(exclude_tools='think')
+
+
+def test_exclude_tools_from_the_environment_is_a_json_list_and_survives_replace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_EXCLUDE_TOOLS', '["think", "plan"]')
+    built = profile('coding')
+    rebuilt = built.replace(keep_recent=3)  # rebuilt from the recorded settings
+    for p in (built, rebuilt):
+        mask = next(s for s in p.steps if s.name == 'mask_observations')
+        assert mask.exclude_tools == frozenset({'think', 'plan'})
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_EXCLUDE_TOOLS', 'think')
+    with pytest.raises(ContextSettingsError, match="PYDANTIC_AI_CONTEXT_EXCLUDE_TOOLS='think'"):
+        profile('coding')
+
+
+def test_readback_is_a_flag_from_keywords_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ContextSettingsError, match="readback='no'"):
+        profile('coding', readback='no')  # a truthy string used to turn read-back on
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_READBACK', 'false')
+    assert profile('coding').readback is False
+    assert profile('coding', readback=True).readback is True
+
+
+def test_a_counter_that_is_not_a_token_counter_is_rejected_when_the_profile_is_built() -> None:
+    with pytest.raises(ContextSettingsError, match="counter='tiktoken'"):
+        profile('coding', counter='tiktoken')
+
+
+@pytest.mark.parametrize('handlers', [3, 'print'])
+def test_an_event_handler_that_is_not_callable_is_named(handlers: Any) -> None:
+    with pytest.raises(TypeError, match='an event handler must be callable'):
+        profile('coding', on_event=handlers)

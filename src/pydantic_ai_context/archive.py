@@ -39,6 +39,25 @@ class ReadbackStore(Protocol):
 
     Two methods, so a persistent store (a session's, a key-value service's) plugs in as is. Their
     errors are logged and treated as a miss: a failing store never breaks a run.
+
+    Example:
+        ```python
+        from pydantic_ai_context import profile
+
+
+        class DictStore:
+            def __init__(self) -> None:
+                self.data: dict[str, str] = {}
+
+            def get(self, key: str) -> str | None:
+                return self.data.get(key)
+
+            def put(self, key: str, value: str) -> None:
+                self.data[key] = value
+
+
+        p = profile('coding', readback_store=DictStore())
+        ```
     """
 
     def get(self, key: str) -> str | None:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -124,9 +125,11 @@ async def compact_result(
     follows. `focus` (e.g. `'the database migration'`) steers what the summary keeps. The
     summariser is a tool-less agent on `model` that reads the history as quoted data.
 
-    The input comes back unchanged, with the reason, when the history is empty, the summariser
-    fails or times out, or its summary is empty or not smaller than the history. A failure's
-    reason names the error type and HTTP status only, never the provider's response body.
+    The input comes back unchanged, with the reason, when the history is empty, `model` is not a
+    model pydantic-ai can build (the reason says why: an unknown name, a provider package not
+    installed), the summariser fails or times out, or its summary is empty or not smaller than the
+    history. A failure's reason names the error type and HTTP status only, never the provider's
+    response body.
     """
     check_messages(messages)
     original = list(messages)
@@ -141,6 +144,15 @@ async def compact_result(
         render_transcript([_without_system(m) for m in history], max_part_chars=max_part_chars), focus=focus
     )
     base = {'messages_before': len(original), 'tokens_before': before, 'tokens_after': before}
+    try:  # a name pydantic-ai does not know, or a provider package not installed: say which
+        from pydantic_ai.models import infer_model
+
+        infer_model(model)
+    except Exception as exc:
+        detail = f': {exc}' if isinstance(exc, UserError | ImportError) else f' ({type(exc).__name__})'
+        return CompactResult(
+            messages=original, compacted=False, reason=f'cannot use the model {model!r}{detail}', **base
+        )
     try:
         text, input_tokens, output_tokens = await run_summariser(
             model, prompt, instructions=SUMMARISER_INSTRUCTIONS, timeout=timeout

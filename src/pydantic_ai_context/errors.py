@@ -14,7 +14,18 @@ __all__ = (
 
 
 class ContextError(Exception):
-    """Base class of every error raised by `pydantic_ai_context`."""
+    """Base class of every error raised by `pydantic_ai_context`: catch it to handle them all.
+
+    Example:
+        ```python
+        from pydantic_ai_context import ContextError, profile
+
+        try:
+            profile('coding', context_window=-5)
+        except ContextError as exc:  # here a ContextSettingsError
+            print(f'context management refused: {exc}')
+        ```
+    """
 
 
 class HistoryIntegrityError(ContextError, ValueError):
@@ -85,7 +96,18 @@ class ContextSettingsError(ContextError, ValueError):
 
 
 class ContextWarning(UserWarning):
-    """A degraded but safe mode, e.g. token counting fell back to a heuristic."""
+    """A degraded but safe mode, e.g. token counting fell back to a heuristic.
+
+    Example:
+        ```python
+        import warnings
+
+        from pydantic_ai_context import ContextWarning
+
+        warnings.simplefilter('error', ContextWarning)  # in tests: fail instead of degrading
+        warnings.simplefilter('ignore', ContextWarning)  # or: accept the fallback silently
+        ```
+    """
 
 
 class StoreError(ContextError):

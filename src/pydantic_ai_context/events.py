@@ -201,7 +201,11 @@ ContextEvent: TypeAlias = CompactionEvent | ContextUsageEvent
 """Anything a profile sends to its event handlers."""
 
 EventHandler: TypeAlias = Callable[[ContextEvent], Awaitable[None] | None]
-"""A callback receiving each `CompactionEvent` and `ContextUsageEvent`; may be sync or async."""
+"""A callback receiving each `CompactionEvent` and `ContextUsageEvent`; may be sync or async.
+
+Pass one (or a list) as `profile(name, on_event=...)`; `on_compaction=` and `on_usage=` receive one
+kind each. A handler that raises is logged and never breaks the run.
+"""
 
 
 def _detail_int(details: dict[str, Any], key: str) -> int:

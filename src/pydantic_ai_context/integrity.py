@@ -92,7 +92,23 @@ class Repair:
 
 @dataclass(frozen=True, kw_only=True)
 class ToolPair:
-    """A tool call and the request part that answers it."""
+    """A tool call and the request part that answers it (one entry of `analyze_pairs(...).pairs`).
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, UserPromptPart
+
+        from pydantic_ai_context import analyze_pairs
+
+        log = [
+            ModelRequest(parts=[UserPromptPart('list the files')]),
+            ModelResponse(parts=[ToolCallPart('ls', {}, tool_call_id='c1')]),
+            ModelRequest(parts=[ToolReturnPart('ls', 'a.py', tool_call_id='c1')]),
+        ]
+        (pair,) = analyze_pairs(log).pairs
+        assert (pair.tool_name, pair.call_index, pair.result_index, pair.failed) == ('ls', 1, 2, False)
+        ```
+    """
 
     tool_call_id: str
     tool_name: str

@@ -215,9 +215,10 @@ def _parameters_tokens(parameters: Any, counter: TokenCounter, memo: OverheadMem
         tokens += memo.count(counter, getattr(output_object, 'name', None) or '')
         tokens += memo.count(counter, getattr(output_object, 'description', None) or '')
         tools += 1
-    for native in (
-        getattr(parameters, 'native_tools', None) or getattr(parameters, 'builtin_tools', None) or ()
-    ):
+    natives = getattr(parameters, 'native_tools', None)
+    if natives is None:  # older pydantic-ai; where both exist, `builtin_tools` warns that it is deprecated
+        natives = getattr(parameters, 'builtin_tools', None)
+    for native in natives or ():
         tokens += NATIVE_TOOL_TOKENS + memo.count(counter, _native_text(native))
         tools += 1
     return tokens, tools

@@ -14,7 +14,7 @@ keyword-only settings of its factory below.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
@@ -34,6 +34,10 @@ __all__ = ('chat', 'coding', 'long_horizon', 'transparent')
 # The constraints in the factories' annotations are checked when a profile is built, for keyword
 # arguments and `PYDANTIC_AI_CONTEXT_*` variables alike (see `settings`).
 Share = Annotated[float, Field(gt=0, le=1)]
+# A collection of tool names, never one string (whose letters it would hold); from the environment,
+# a JSON list (`PYDANTIC_AI_CONTEXT_EXCLUDE_TOOLS='["think"]'`).
+ToolNames = Sequence[str] | set[str] | frozenset[str]
+_EXCLUDED_TOOLS = tuple(sorted(DEFAULT_EXCLUDED_TOOLS))
 
 
 def transparent(**settings: Any) -> ContextProfile:
@@ -56,7 +60,7 @@ def coding(
     trim_threshold: PositiveInt = 400,
     clip_args: NonNegativeInt = 80,
     isolate_mode: IsolateMode = 'digest',
-    exclude_tools: Iterable[str] = DEFAULT_EXCLUDED_TOOLS,
+    exclude_tools: ToolNames = _EXCLUDED_TOOLS,
     keep_last_steps: NonNegativeInt = 2,
     **common: Any,
 ) -> ContextProfile:
@@ -161,7 +165,7 @@ def long_horizon(
     trim_threshold: PositiveInt = 400,
     clip_args: NonNegativeInt = 80,
     isolate_mode: IsolateMode = 'digest',
-    exclude_tools: Iterable[str] = DEFAULT_EXCLUDED_TOOLS,
+    exclude_tools: ToolNames = _EXCLUDED_TOOLS,
     summary_step: PositiveInt = 8,
     summary_threshold: Share = 0.95,
     summary_low_water: Share = 0.6,

@@ -19,7 +19,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -175,6 +175,13 @@ class ContextProfile(AbstractCapability[Any]):
             check_keywords(_common_settings_factory, self._common_values(), preset=self.name)
             if self.context_window is not None:
                 self.budget_for(None)  # the window leaves room for messages after what is reserved
+            if self.counter is not None and not all(
+                callable(getattr(self.counter, method, None)) for method in ('count_text', 'count_message')
+            ):
+                raise ContextSettingsError(
+                    f'profile {self.name!r}: invalid setting counter={self.counter!r}: expected a '
+                    'TokenCounter (such as TiktokenCounter() or HeuristicCounter())'
+                )
         except ContextSettingsError:
             raise
         except (TypeError, ValueError) as exc:
@@ -729,10 +736,16 @@ class ContextProfile(AbstractCapability[Any]):
         return ProcessHistory(self.history_processors[0])
 
     def replace(self, **changes: Any) -> ContextProfile:
-        """A copy with some settings changed (presets are rebuilt from their settings)."""
+        """A copy with some settings changed (presets are rebuilt from their settings).
+
+        A copy with other `steps` is no longer its preset: unless `name` is given it is named
+        `'custom'`, so a later `replace` keeps its chain instead of rebuilding the preset's.
+        """
         if self.name in _PRESETS and not ({'steps'} & changes.keys()):
             merged = {**self._overrides(), **changes}
             return profile(self.name, **merged)
+        if 'steps' in changes and 'name' not in changes and self.name in _PRESETS:
+            changes = {**changes, 'name': 'custom'}
         # A copy observes its own compiles: it must not share the event history.
         return dataclasses.replace(self, **{'events': collections.deque(maxlen=_EVENTS_KEPT), **changes})
 
@@ -807,12 +820,50 @@ _PRESETS = _registry.PRESETS  # the same dict: tests and plugins may register th
 
 
 def register_profile(name: str, factory: PresetFactory) -> None:
-    """Make `profile(name, ...)` build profiles with `factory(**settings)`."""
+    """Make `profile(name, ...)` build profiles with `factory(**settings)`.
+
+    The factory's keyword-only parameters are the preset's own settings (checked against their
+    annotations, and read from `PYDANTIC_AI_CONTEXT_*` variables like the built-in presets'); the
+    common settings arrive in `**common`. Registering an existing name replaces its factory.
+
+    Example:
+        ```python
+        from typing import Any
+
+        from pydantic_ai_context import ContextProfile, available_profiles, profile, register_profile
+        from pydantic_ai_context.policies import fit_to_budget, mask_observations
+        from pydantic_ai_context.profiles import split_settings
+
+
+        def lean(*, keep_recent: int = 1, **common: Any) -> ContextProfile:
+            fields, _ = split_settings(common)
+            steps = (mask_observations(keep_recent=keep_recent, step=1), fit_to_budget())
+            return ContextProfile(name='lean', steps=steps, **fields)
+
+
+        register_profile('lean', lean)
+        assert 'lean' in available_profiles()
+        print(profile('lean', context_window=32_000))
+        # ContextProfile(name='lean', chain=[normalize -> mask_observations -> fit_to_budget], context_window=32000)
+        ```
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f'a profile name must be a non-empty str, got {name!r}')
+    if not callable(factory):
+        raise TypeError(f'profile {name!r}: the factory must be callable, got {factory!r}')
     _registry.register(name, factory)
 
 
 def available_profiles() -> list[str]:
-    """Names accepted by `profile()`."""
+    """Names accepted by `profile()`, sorted.
+
+    Example:
+        ```python
+        from pydantic_ai_context import available_profiles
+
+        assert {'chat', 'coding', 'long_horizon', 'transparent'} <= set(available_profiles())
+        ```
+    """
     return _registry.names()
 
 
@@ -825,11 +876,12 @@ def profile(name: str | None = None, **overrides: Any) -> ContextProfile:
     """Build the preset called `name`, with settings from keywords, then the environment, then its defaults.
 
     Every preset accepts `context_window`, `reserved_output`, `reserved_system`,
-    `soft_threshold`, `counter`, `summary_model`, and the event handlers `on_event` (every event),
-    `on_compaction` (`CompactionEvent`s only) and `on_usage` (`ContextUsageEvent`s only), plus its
-    own documented settings. Settings not given as keywords come from `PYDANTIC_AI_CONTEXT_*`
-    environment variables (see `ContextSettings`); without a `name`, `PYDANTIC_AI_CONTEXT_PROFILE`
-    names the preset (default `'transparent'`).
+    `soft_threshold`, `counter`, `summary_model`, `readback`, `readback_store`,
+    `max_overflow_retries`, `overflow_shrink` (the `ContextProfile` fields of those names), and the
+    event handlers `on_event` (every event), `on_compaction` (`CompactionEvent`s only) and
+    `on_usage` (`ContextUsageEvent`s only), plus its own documented settings. Settings not given
+    as keywords come from `PYDANTIC_AI_CONTEXT_*` environment variables (see `ContextSettings`);
+    without a `name`, `PYDANTIC_AI_CONTEXT_PROFILE` names the preset (default `'transparent'`).
 
     Settings are checked here, not at the first model request: an unknown setting raises
     `TypeError` naming it; an unknown preset raises `ValueError` listing the known ones; a value a
@@ -955,7 +1007,12 @@ def _handlers(given: Any) -> list[EventHandler]:
     """One callable or a sequence of them, as a list; `TypeError` for anything else."""
     if given is None:
         return []
-    items = [given] if callable(given) else list(given)
+    if callable(given):
+        items = [given]
+    elif isinstance(given, str | bytes) or not isinstance(given, Iterable):
+        raise TypeError(f'an event handler must be callable (or a sequence of callables), got {given!r}')
+    else:
+        items = list(given)
     for item in items:
         if not callable(item):
             raise TypeError(f'an event handler must be callable, got {item!r}')

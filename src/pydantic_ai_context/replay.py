@@ -126,6 +126,8 @@ def load_history(path: str | Path) -> list[ModelMessage] | list[list[ModelMessag
         raw = path.read_bytes()
     except OSError as exc:
         raise HistoryLoadError(f'{path}: cannot read the file ({exc.strerror or exc})') from exc
+    if not raw.strip():
+        raise HistoryLoadError(f'{path}: the file is empty (expected a JSON list of pydantic-ai messages)')
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -156,8 +158,15 @@ def _validate(path: Path, data: list[Any], *, history: int | None = None) -> lis
         at = f'message {index}' if index is not None else 'the history'
         rest = '.'.join(str(x) for x in loc[1:]) if index is not None else '.'.join(str(x) for x in loc)
         detail = f'{first.get("msg", "invalid")}' + (f' at {rest}' if rest else '')
+        item = data[index] if index is not None and index < len(data) else None
+        hint = ''
+        if isinstance(item, dict) and 'role' in item and 'kind' not in item:
+            hint = (
+                '; it looks like OpenAI chat format: convert it with pydantic_ai_context.from_openai '
+                'and save ModelMessagesTypeAdapter.dump_json(messages)'
+            )
         raise HistoryLoadError(
-            f'{where}: {at} is not a valid pydantic-ai message: {detail} ({exc.error_count()} error(s))'
+            f'{where}: {at} is not a valid pydantic-ai message: {detail} ({exc.error_count()} error(s)){hint}'
         ) from exc
 
 

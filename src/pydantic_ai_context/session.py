@@ -174,7 +174,7 @@ class ContextSession:
         # A copy even without summarising steps: the profile keeps per-compile state (events, the
         # last view sent) that must not mix two conversations. Its events are also recorded on
         # the user's profile, so `base.run_events()` after `session.run` shows the run's compactions.
-        changes: dict[str, Any] = {'steps': tuple(steps)}
+        changes: dict[str, Any] = {'steps': tuple(steps), 'name': base.name}
         if self._readback is not None:
             changes['readback_store'] = self._readback
         return base.replace(**changes).recording_into(base)
@@ -206,11 +206,13 @@ class ContextSession:
         return conversation_view(self._log, include_system_prompt=include_system_prompt)
 
     def stats(self, *, model: Any = None, budget: ContextBudget | None = None) -> HistoryStats:
-        """Counts of the whole log against the budget (`commands.history_stats`)."""
+        """Counts of the whole log against the budget (`commands.history_stats`), with the tool
+        definitions the session's latest request sent (`ContextProfile.last_overhead`)."""
         return history_stats(
             self._log,
             counter=self.profile.counter_for(model),
             budget=budget if budget is not None else self.profile.budget_for(model),
+            overhead=self.profile.last_overhead,
         )
 
     def __len__(self) -> int:

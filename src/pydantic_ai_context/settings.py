@@ -5,7 +5,8 @@ This module knows the settings and their constraints; `profiles` reads them (nev
 Precedence, inside `profile(name, **overrides)`: keyword arguments, then environment variables,
 then the preset's defaults. The common settings have fixed variables
 (`PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW`, `..._RESERVED_OUTPUT`, `..._RESERVED_SYSTEM`,
-`..._SOFT_THRESHOLD`, `..._MAX_OVERFLOW_RETRIES`, `..._OVERFLOW_SHRINK`, `..._SUMMARY_MODEL`, and
+`..._SOFT_THRESHOLD`, `..._MAX_OVERFLOW_RETRIES`, `..._OVERFLOW_SHRINK`, `..._SUMMARY_MODEL`,
+`..._READBACK`, and
 `..._PROFILE` for the default preset name). A
 preset's own keyword settings come from the variable named after the keyword
 (`keep_recent` -> `PYDANTIC_AI_CONTEXT_KEEP_RECENT`), validated against the annotation of the
@@ -98,6 +99,8 @@ class ContextSettings(BaseSettings):
     """`PYDANTIC_AI_CONTEXT_OVERFLOW_SHRINK`: share of a rejected input a retry may send, in (0, 1)."""
     summary_model: str | None = None
     """`PYDANTIC_AI_CONTEXT_SUMMARY_MODEL`: model name for summarising policies (e.g. `openai:gpt-4o-mini`)."""
+    readback: bool | None = None
+    """`PYDANTIC_AI_CONTEXT_READBACK`: contribute the `read_context` / `search_context` tools (`false` turns them off)."""
     store_url: str | None = None
     """`PYDANTIC_AI_CONTEXT_STORE_URL`: the store `open_store()` opens without a URL (`sqlite:///…`,
     `postgresql://…`, `memory://`); not a profile setting."""

@@ -239,6 +239,29 @@ class Policy(Protocol):
 
     Every policy in this package is also a plain pydantic-ai history processor
     (`policy(messages)`); inside a profile the profile calls `apply` with its context.
+
+    Example:
+        ```python
+        import asyncio
+        import dataclasses
+
+        from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+
+        from pydantic_ai_context import CompileContext, ContextProfile
+
+
+        @dataclasses.dataclass
+        class DropEmptyPrompts:
+            name: str = 'drop_empty_prompts'
+
+            def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
+                return [m for m in messages if not (isinstance(m, ModelRequest) and not m.parts)]
+
+
+        mine = ContextProfile(name='mine', steps=(DropEmptyPrompts(),))
+        view = asyncio.run(mine.compile([ModelRequest(parts=[UserPromptPart('hi')])]))
+        assert len(view) == 1
+        ```
     """
 
     name: str

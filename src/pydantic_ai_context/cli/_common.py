@@ -57,7 +57,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         default='extractive',
         help="summariser for summarising profiles: 'extractive' (default: a deterministic offline "
         "stand-in, charged like a real model), 'none' (their static fallback marker), or a model name "
-        "such as 'openai:gpt-4o-mini' (calls the provider)",
+        "such as 'openai:gpt-4o-mini' (calls the provider: needs its package and API key)",
     )
 
 
@@ -116,7 +116,12 @@ def build(
     elif summary_model == 'none':
         summariser = None
     else:
-        summariser = summary_model
+        from pydantic_ai.models import infer_model
+
+        try:  # a typo or a missing provider package is a usage error, not a silent static marker
+            summariser = infer_model(summary_model)
+        except Exception as exc:
+            raise UsageError(f'--summary-model {summary_model!r}: {exc}') from None
     return profile(name, context_window=window, counter=counter, on_event=on_event, summary_model=summariser)
 
 

@@ -59,7 +59,11 @@ def add_parser(commands: Any) -> None:
         help='the request to show: 1 for the first, -1 (default) for the last recorded request',
     )
     ins.add_argument(
-        '--history', type=int, default=0, metavar='K', help='which history of a multi-history file'
+        '--history',
+        type=int,
+        default=0,
+        metavar='K',
+        help='which history of a file holding a list of histories: 0 (the default) for the first',
     )
     add_common_options(ins)
     ins.set_defaults(handler=run)
@@ -72,7 +76,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     counter = counter_for(args)
     histories = load([args.file], need_responses=False)
     if not 0 <= args.history < len(histories):
-        raise UsageError(f'--history {args.history}: {args.file} holds {len(histories)} history(ies)')
+        count = len(histories)
+        held = '1 history (--history 0)' if count == 1 else f'{count} histories (--history 0 to {count - 1})'
+        raise UsageError(f'--history {args.history}: {args.file} holds {held}')
     log = histories[args.history].messages
     responses = [i for i, m in enumerate(log) if isinstance(m, ModelResponse)]
     if responses:

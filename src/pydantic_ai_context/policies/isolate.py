@@ -152,7 +152,8 @@ class IsolateBoundaries(SyncPolicy):
             return list(messages)
         out.extend(messages[position:])
         context.note(
-            f'isolated {runs} finished run{"s" if runs != 1 else ""} ({self.mode}, {calls} tool calls)',
+            f'isolated {runs} finished run{"s" if runs != 1 else ""} '
+            f'({self.mode}, {calls} tool call{"s" if calls != 1 else ""})',
             isolated_runs=runs,
             isolated_calls=calls,
             mode=self.mode,

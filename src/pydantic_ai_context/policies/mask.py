@@ -329,5 +329,10 @@ def mask_observations(
     """
     chosen = frontier_from(frontier, keep_recent, keep_recent_tokens, step, default=_default_frontier())
     if 'exclude_tools' in settings:
+        if isinstance(settings['exclude_tools'], str):  # would exclude its letters, not the tool
+            raise TypeError(
+                f'exclude_tools takes a collection of tool names, not a string: '
+                f'exclude_tools=[{settings["exclude_tools"]!r}]'
+            )
         settings['exclude_tools'] = frozenset(settings['exclude_tools'])
     return MaskObservations(frontier=chosen, **settings)

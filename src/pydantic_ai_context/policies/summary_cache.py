@@ -14,6 +14,27 @@ class SummaryCache(Protocol):
 
     A stored empty string records that the summariser's answer for that key was rejected (empty or
     inflated), so the same span is not sent again.
+
+    Example:
+        ```python
+        from pydantic_ai_context import profile
+
+
+        class DictCache:
+            def __init__(self) -> None:
+                self.summaries: dict[str, str] = {}
+
+            def get(self, key: str) -> str | None:
+                return self.summaries.get(key)
+
+            def put(self, key: str, summary: str) -> None:
+                self.summaries[key] = summary
+
+
+        shared = DictCache()  # two profiles sharing it pay for each summary once
+        chat = profile('chat', summary_cache=shared)
+        long_runs = profile('long_horizon', summary_cache=shared)
+        ```
     """
 
     def get(self, key: str) -> str | None:

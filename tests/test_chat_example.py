@@ -84,6 +84,9 @@ def test_ctrl_c_during_a_tool_call_patches_the_history() -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # A shell's background job (CI started with `&`, `nohup`) ignores SIGINT, and a child
+        # inherits that: Python then installs no KeyboardInterrupt handler and Ctrl-C does nothing.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdin is not None
     assert proc.stdout is not None

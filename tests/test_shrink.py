@@ -104,7 +104,8 @@ async def test_a_summary_far_over_the_size_asked_for_is_discarded() -> None:
         context_window=3_000,
         reserved_output=400,
         counter=counter,
-        summary_model=FunctionModel(verbose),
+        # A summary model with a window of its own (128k, by its name): the transcript fits it.
+        summary_model=FunctionModel(verbose, model_name='gpt-4o'),
     )
     view = await p.compile(log.build())  # used to raise: the summary in the task framing left no room
     assert counter.count_messages(view) <= p.budget_for(None).limit
@@ -131,7 +132,9 @@ async def test_a_drop_after_a_summary_in_the_task_framing_keeps_the_summary_mark
             text='Reading. ' * 30,
         )
     counter = HeuristicCounter()
-    p = profile('long_horizon', context_window=6_000, counter=counter, summary_model=FunctionModel(wordy))
+    # A summary model with a window of its own (128k, by its name): the transcript fits it.
+    summariser = FunctionModel(wordy, model_name='gpt-4o')
+    p = profile('long_horizon', context_window=6_000, counter=counter, summary_model=summariser)
     view = await p.compile(h.build())
     assert 'fit_to_budget' in [e.policy for e in p.last_compile_events]
     record = marker(view[0])

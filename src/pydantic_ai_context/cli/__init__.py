@@ -52,19 +52,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = args.handler(args, out, err)
         return result
     except UsageError as exc:
-        err.print(f'{PROG} {args.command}: error: {exc}', markup=False, highlight=False)
+        # One line however long (a path may be): error lines are read by people and by scripts.
+        err.print(f'{PROG} {args.command}: error: {exc}', markup=False, highlight=False, soft_wrap=True)
         return EXIT_USAGE
     except ContextSettingsError as exc:
-        err.print(f'{PROG}: error: {exc}', markup=False, highlight=False)
+        err.print(f'{PROG}: error: {exc}', markup=False, highlight=False, soft_wrap=True)
         return EXIT_USAGE
     except HistoryLoadError as exc:
-        err.print(f'{PROG}: error: {exc}', markup=False, highlight=False)
+        err.print(f'{PROG}: error: {exc}', markup=False, highlight=False, soft_wrap=True)
         return EXIT_FAILURE
     except KeyboardInterrupt:
-        err.print(f'{PROG}: interrupted', markup=False)
+        err.print(f'{PROG}: interrupted', markup=False, soft_wrap=True)
         return 130
     except Exception as exc:  # a failing replay is reported, not a traceback
-        err.print(f'{PROG}: error: {type(exc).__name__}: {exc}', markup=False, highlight=False)
+        err.print(
+            f'{PROG}: error: {type(exc).__name__}: {exc}', markup=False, highlight=False, soft_wrap=True
+        )
         return EXIT_FAILURE
 
 

@@ -28,6 +28,22 @@ def begins_with(messages: Sequence[object], prefix: Sequence[object]) -> bool:
     return all(map(operator.is_, prefix, messages))
 
 
+def first_difference(before: Sequence[object], after: Sequence[object]) -> int:
+    """The index of the first message that is not the same object in both lists (the shorter
+    length when one begins with the other)."""
+    n = min(len(before), len(after))
+    if begins_with(after[:n], before[:n]):
+        return n
+    low, high = 0, n  # the first n' with before[:n'] not a prefix of after
+    while low < high:
+        middle = (low + high) // 2
+        if begins_with(after[: middle + 1], before[: middle + 1]):
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
 class PrefixMemo(Generic[S]):
     """Remembers the state of the last few lists seen, to extend the longest one a new list begins with.
 

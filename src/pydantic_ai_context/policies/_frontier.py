@@ -19,7 +19,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-import operator
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from pydantic_ai_context import _parts
 from pydantic_ai_context._memo import PART_FIELDS, PINNED_FIELDS, ObjectMemo
+from pydantic_ai_context._prefix import begins_with, first_difference
 from pydantic_ai_context._scope import scope_cache, scope_text_memo
 from pydantic_ai_context.budget import ContextBudget
 from pydantic_ai_context.tokens import TokenCounter
@@ -150,20 +150,30 @@ class _Tally:
     messages: tuple[ModelMessage, ...]
     obs: list[int]
     """Indices of the observation requests."""
-    hidden: int
-    """Observations removed from this view by later steps (fit, summaries), from their markers."""
+    hidden: list[int]
+    """Observations removed from the view by later steps (fit, summaries), from their markers:
+    the running count before each message, and after the last one."""
     obs_tokens: list[int] | None
     """Nominal tool-output tokens of each observation (when a counter is given)."""
-    nominal_total: int
-    """Nominal tokens of all messages (when a counter is given)."""
+    totals: list[int]
+    """Nominal tokens of the messages before each one, and of all (when a counter is given)."""
+
+    @property
+    def hidden_total(self) -> int:
+        return self.hidden[-1]
+
+    @property
+    def nominal_total(self) -> int:
+        return self.totals[-1]
 
     def extend(self, messages: Sequence[ModelMessage], counter: TokenCounter | None) -> _Tally:
         """A tally of `messages`, which begins with `self.messages`: only the new ones are read."""
         obs = list(self.obs)
         tokens = list(self.obs_tokens) if self.obs_tokens is not None else None
-        hidden, total = self.hidden, self.nominal_total
+        hidden, totals = list(self.hidden), list(self.totals)
         for i in range(len(self.messages), len(messages)):
             message = messages[i]
+            count = hidden[-1]
             record = _parts.marker(message)
             if record is not None:
                 # A drop note may sit nested under a summary's record in the same request.
@@ -171,21 +181,35 @@ class _Tally:
                 for found in (record, nested if isinstance(nested, dict) else {}):
                     value = found.get('observations')
                     if isinstance(value, int) and value > 0:
-                        hidden += value
-            if counter is not None:
-                total += nominal_message_tokens(message, counter)
+                        count += value
+            hidden.append(count)
+            totals.append(
+                totals[-1] + (nominal_message_tokens(message, counter) if counter is not None else 0)
+            )
             if isinstance(message, ModelRequest) and _parts.tool_results(message):
                 obs.append(i)
                 if tokens is not None and counter is not None:
                     tokens.append(_observation_tokens(message, counter))
-        return _Tally(tuple(messages), obs, hidden, tokens, total)
+        return _Tally(tuple(messages), obs, hidden, tokens, totals)
+
+    def truncated(self, n: int) -> _Tally:
+        """The tally of the first `n` messages."""
+        k = bisect.bisect_left(self.obs, n)
+        return _Tally(
+            self.messages[:n],
+            self.obs[:k],
+            self.hidden[: n + 1],
+            self.obs_tokens[:k] if self.obs_tokens is not None else None,
+            self.totals[: n + 1],
+        )
 
 
 def _tally_of(messages: Sequence[ModelMessage], counter: TokenCounter | None, slot: Hashable) -> _Tally:
     # Before each model request the log is the previous one plus a few messages: during a compile,
     # the tally of the previous one is extended rather than rebuilt (by identity, within one
-    # generation of the compiling scope, so it is exact).
-    empty = _Tally((), [], 0, [] if counter is not None else None, 0)
+    # generation of the compiling scope, so it is exact); when the frontier moved, a policy's
+    # input changes near it, and the tally is resumed from the first message that changed.
+    empty = _Tally((), [], [0], [] if counter is not None else None, [0])
     tallies = scope_cache('frontier.tallies') if slot is not None else None
     if tallies is None:
         return empty.extend(messages, counter)
@@ -194,9 +218,11 @@ def _tally_of(messages: Sequence[ModelMessage], counter: TokenCounter | None, sl
     if (
         previous is not None
         and len(previous.messages) <= len(messages)
-        and all(map(operator.is_, previous.messages, messages))
+        and begins_with(messages, previous.messages)
     ):
         tally = previous.extend(messages, counter)
+    elif previous is not None and (same := first_difference(previous.messages, messages)) > 0:
+        tally = previous.truncated(same).extend(messages, counter)
     else:
         tally = empty.extend(messages, counter)
     if len(tallies) >= 256:
@@ -249,7 +275,7 @@ def compaction_frontier(
         return 0
     # Steps are counted from the first observation of the log, including those a later step of
     # the chain removed from this view: the same messages fall behind the frontier on both.
-    hidden = tally.hidden
+    hidden = tally.hidden_total
     total = visible + hidden
     unprotected = total - 1
     if keep_recent is not None:
@@ -292,7 +318,7 @@ def _escalate(
     # by less than a chunk, and jumps by about a chunk when it moves.
     chunk = max(1, math.floor(budget.limit * budget_step))
     need = math.ceil(over / chunk) * chunk
-    if tally.hidden:
+    if tally.hidden_total:
         # A view of a view: what fit and summaries removed no longer counts in `nominal_total`,
         # and their savings cannot be replayed exactly, so one chunk less may be asked (never
         # more than the log asked for: compaction is kept, so a later frontier would change it).

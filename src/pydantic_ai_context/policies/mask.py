@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import operator
 from collections.abc import Set as AbstractSet
@@ -12,8 +13,10 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolR
 
 from pydantic_ai_context import _facts, _markers, _parts
 from pydantic_ai_context._memo import ObjectMemo, remembered_copy
+from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.views import CompileContext
 
+from .._prefix import first_difference
 from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
 from ._frontier import (
     Frontier,
@@ -113,42 +116,101 @@ class MaskObservations(SyncPolicy):
         # Nothing at or after the frontier is touched: while it stays put, the output for a
         # longer log is the previous output plus the new messages.
         key = (context_key(context), frontier)
-        return extend_or_compute(
-            self, messages, key, context, lambda: self._apply(messages, frontier, context)
+        state: list[_MaskState] = []
+        out = extend_or_compute(
+            self, messages, key, context, lambda: self._apply(messages, frontier, context, state)
         )
+        if state and self._last is not None:
+            self._last = dataclasses.replace(self._last, extra=state[0])
+        return out
 
     def _apply(
-        self, messages: list[ModelMessage], frontier: int, context: CompileContext
+        self,
+        messages: list[ModelMessage],
+        frontier: int,
+        context: CompileContext,
+        state_out: list[_MaskState],
     ) -> list[ModelMessage]:
         # Only what has left the window can resolve a failure: the decision then moves with the frontier.
         failures = unresolved_failures(messages[:frontier])
         out = list(messages)
-        masked = 0
-        # Facts the view already shows before the current message: a digest need not list them again.
-        seen: set[str] = set()
-        for i in range(frontier):
+        # Facts the view already shows before the current message (a digest need not list them
+        # again), each with the first message showing it; masked requests; where each result is.
+        first_seen: dict[str, int] = {}
+        masked_at: list[int] = []
+        result_at: dict[str, int] = {}
+        start = 0
+        resumed = self._resume(messages, frontier, failures, context)
+        if resumed is not None:
+            # When the frontier moves, what lies well before its previous place is as it was.
+            start, previous, before = resumed
+            out[:start] = before.output[:start]
+            first_seen = {fact: i for fact, i in previous.first_seen.items() if i < start}
+            masked_at = previous.masked_at[: bisect.bisect_left(previous.masked_at, start)]
+            result_at = {cid: i for cid, i in previous.result_at.items() if i < start}
+        seen = set(first_seen)
+        for i in range(start, frontier):
             message = messages[i]
             if (
                 isinstance(message, ModelRequest)
                 and not _parts.message_pinned(message)
                 and _parts.tool_results(message)
             ):
-                previous = messages[i - 1] if i > 0 else None
+                previous_message = messages[i - 1] if i > 0 else None
                 results = _parts.tool_results(message)
+                for p in results:
+                    result_at.setdefault(p.tool_call_id, i)
                 kept = frozenset(p.tool_call_id for p in results if p.tool_call_id in failures)
                 shown = frozenset().union(*(_facts.facts_in_part(p) & seen for p in results))
                 again = self._named_again(messages, i, frontier, results)
-                new_message = self._masked(message, previous, kept, shown, again, context)
+                new_message = self._masked(message, previous_message, kept, shown, again, context)
                 if new_message is not message:
                     out[i] = new_message
-                    masked += 1
+                    masked_at.append(i)
             if self.skip_seen_facts:
-                seen |= self._visible_facts(out[i])
-        if masked:
+                for fact in self._visible_facts(out[i]) - seen:
+                    first_seen[fact] = i
+                    seen.add(fact)
+        state_out.append(_MaskState(frontier, frozenset(failures), first_seen, masked_at, result_at))
+        if masked_at:
+            masked = len(masked_at)
             context.note(
                 f'{masked} tool results before message {frontier} masked', masked=masked, frontier=frontier
             )
         return out
+
+    def _resume(
+        self,
+        messages: list[ModelMessage],
+        frontier: int,
+        failures: set[str],
+        context: CompileContext,
+    ) -> tuple[int, _MaskState, LastCall] | None:
+        """Where the previous output of this policy stops being valid for `messages`, if it is of use.
+
+        A masked request depends on itself, the response before it, which of its results are
+        unresolved failures, the facts shown before it, and the `named_again_within` messages
+        after it (before the frontier): everything before that many messages ahead of the first
+        message that changed (or of the previous frontier) stays as it was.
+        """
+        last = self._last
+        if last is None or not isinstance(last.extra, _MaskState):
+            return None
+        previous = last.extra
+        if (
+            previous.frontier > frontier
+            or last.generation is None
+            or last.generation != active_generation()  # an edit since: nothing is reused
+            or not isinstance(last.key, tuple)
+            or last.key[0] != context_key(context)
+        ):
+            return None
+        start = (
+            min(first_difference(last.messages, messages), previous.frontier) - self.named_again_within - 1
+        )
+        for cid in previous.failures.symmetric_difference(failures):
+            start = min(start, previous.result_at.get(cid, start))
+        return (start, previous, last) if start > 0 else None
 
     def _masked(
         self,
@@ -307,6 +369,20 @@ class MaskObservations(SyncPolicy):
         new_record |= {'lines': lines, 'chars': chars}
         marked: ToolReturnPart = _markers.mark_result(part, line, new_record, context.originals)
         return marked
+
+
+@dataclass(frozen=True)
+class _MaskState:
+    """What a full pass of `MaskObservations` leaves for the next one to resume from."""
+
+    frontier: int
+    failures: frozenset[str]
+    first_seen: dict[str, int]
+    """Each fact the output shows before the frontier, with the first message showing it."""
+    masked_at: list[int]
+    """The requests masked, in order."""
+    result_at: dict[str, int]
+    """The request each tool result before the frontier is in, by `tool_call_id`."""
 
 
 def _masked_size(message: ModelMessage) -> int:

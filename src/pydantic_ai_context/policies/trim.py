@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import re
@@ -13,6 +14,8 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Tool
 
 from pydantic_ai_context import _facts, _markers, _parts
 from pydantic_ai_context._memo import PART_FIELDS, ObjectMemo, remembered_copy
+from pydantic_ai_context._prefix import first_difference
+from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import CompileContext
 
@@ -126,14 +129,18 @@ class TrimToolOutputs(SyncPolicy):
         # Behind the frontier nothing changes while it stays put; new messages pass through unless
         # one needs the clamp (then everything is recomputed, to report it).
         key = (context_key(context), frontier)
-        return extend_or_compute(
+        state: list[_TrimState] = []
+        out = extend_or_compute(
             self,
             messages,
             key,
             context,
-            lambda: self._apply(messages, frontier, clamp_at, context),
+            lambda: self._apply(messages, frontier, clamp_at, context, state),
             accept=lambda _, tail: not any(self._needs_clamp(m, clamp_at, counter) for m in tail),
         )
+        if state and self._last is not None:
+            self._last = dataclasses.replace(self._last, extra=state[0])
+        return out
 
     @staticmethod
     def _needs_clamp(message: ModelMessage, clamp_at: int | None, counter: TokenCounter) -> bool:
@@ -145,64 +152,79 @@ class TrimToolOutputs(SyncPolicy):
             and message_tokens(counter, message) > clamp_at
         )
 
+    def _resume(
+        self, messages: list[ModelMessage], frontier: int, context: CompileContext
+    ) -> tuple[int, _TrimState, LastCall, set[str]] | None:
+        """How much of the previous output holds for `messages`: each message before the previous
+        frontier and the first changed message depends only on itself and on which of its results
+        are unresolved failures (returned, to recompute those whose status changed)."""
+        last = self._last
+        if last is None or not isinstance(last.extra, _TrimState):
+            return None
+        previous = last.extra
+        if (
+            previous.frontier > frontier
+            or last.generation is None
+            or last.generation != active_generation()  # an edit since: nothing is reused
+            or not isinstance(last.key, tuple)
+            or last.key[0] != context_key(context)
+        ):
+            return None
+        start = min(first_difference(last.messages, messages), previous.frontier)
+        if start <= 0:
+            return None
+        return start, previous, last, unresolved_failures(messages[:frontier]) if frontier else set()
+
     def _apply(
-        self, messages: list[ModelMessage], frontier: int, clamp_at: int | None, context: CompileContext
+        self,
+        messages: list[ModelMessage],
+        frontier: int,
+        clamp_at: int | None,
+        context: CompileContext,
+        state_out: list[_TrimState],
     ) -> list[ModelMessage]:
-        counter = context.counter
         failures: set[str] | None = None
         out = list(messages)
-        trimmed = clamped = clipped = 0
-        for i, message in enumerate(messages):
-            if _parts.message_pinned(message):
-                continue
-            old = i < frontier
-            if isinstance(message, ModelResponse):
-                if old and self.max_arg_chars > 0:
-                    new_response = remembered_copy(
-                        self._memo,
-                        message,
-                        ('clip', counter_key(counter)),
-                        self._clip_calls,
-                        message,
-                        counter,
-                        size=_text_size,
-                    )
-                    if new_response is not message:
-                        out[i] = new_response
-                        clipped += 1
-                continue
-            if not isinstance(message, ModelRequest) or not _parts.tool_results(message):
-                continue
-            limit = self.max_tokens if old else clamp_at
-            # The counter memoises whole messages: a request that fits the limit needs no part counted.
-            if limit is None or message_tokens(counter, message) <= limit:
-                continue
-            if failures is None:
-                # Only what has left the window can resolve a failure, so the set moves with the frontier.
-                failures = unresolved_failures(messages[:frontier]) if frontier else set()
-            # The clamp protects the budget, so it applies to failures too (they stay visible, shortened).
-            kept = frozenset(
-                p.tool_call_id for p in _parts.tool_results(message) if old and p.tool_call_id in failures
+        trimmed_at: list[int] = []
+        clipped_at: list[int] = []
+        result_at: dict[str, int] = {}
+        clamped = 0
+        start = 0
+        redo: list[int] = []
+        resumed = self._resume(messages, frontier, context)
+        if resumed is not None:
+            start, previous, last, failures = resumed
+            out[:start] = last.output[:start]
+            trimmed_at = previous.trimmed_at[: bisect.bisect_left(previous.trimmed_at, start)]
+            clipped_at = previous.clipped_at[: bisect.bisect_left(previous.clipped_at, start)]
+            result_at = {cid: i for cid, i in previous.result_at.items() if i < start}
+            # Requests whose results changed failure status are recomputed (all trimmed ones when
+            # the previous pass needed no failures: then nothing before `start` was over its limit).
+            redo = (
+                list(trimmed_at)
+                if previous.failures is None
+                else sorted({result_at[c] for c in previous.failures ^ failures if c in result_at})
             )
-            found = remembered_copy(
-                self._memo,
-                message,
-                (old, limit, kept, counter_key(counter)),
-                self._trim_request,
-                message,
-                old,
-                limit,
-                clamp_at,
-                kept,
-                context,
-                size=_text_size,
+            redone = set(redo)
+            trimmed_at = [i for i in trimmed_at if i not in redone]
+        for i in [*redo, *range(start, len(messages))]:
+            kind, failures = self._one(i, messages, out, frontier, clamp_at, failures, result_at, context)
+            if kind == TRIMMED:
+                bisect.insort(trimmed_at, i)
+            elif kind == 'clipped':
+                clipped_at.append(i)
+            elif kind == CLAMPED:
+                clamped += 1
+        state_out.append(
+            _TrimState(
+                frontier,
+                frozenset(failures) if failures is not None else None,
+                trimmed_at,
+                clipped_at,
+                result_at,
             )
-            if found is not message:
-                out[i] = found
-                if old:
-                    trimmed += 1
-                else:
-                    clamped += 1
+        )
+        trimmed, clipped = len(trimmed_at), len(clipped_at)
         if trimmed or clamped or clipped:
             bits = []
             if trimmed:
@@ -215,6 +237,74 @@ class TrimToolOutputs(SyncPolicy):
                 bits.append(f'long arguments clipped in {clipped} old responses')
             context.note(', '.join(bits), trimmed=trimmed, clamped=clamped, clipped_responses=clipped)
         return out
+
+    def _one(
+        self,
+        i: int,
+        messages: list[ModelMessage],
+        out: list[ModelMessage],
+        frontier: int,
+        clamp_at: int | None,
+        failures: set[str] | None,
+        result_at: dict[str, int],
+        context: CompileContext,
+    ) -> tuple[str | None, set[str] | None]:
+        """Message `i` trimmed, clamped or clipped into `out[i]`: what was done, and the failures
+        (computed on first need)."""
+        counter = context.counter
+        message = messages[i]
+        out[i] = message
+        if _parts.message_pinned(message):
+            return None, failures
+        old = i < frontier
+        if isinstance(message, ModelResponse):
+            if old and self.max_arg_chars > 0:
+                new_response = remembered_copy(
+                    self._memo,
+                    message,
+                    ('clip', counter_key(counter)),
+                    self._clip_calls,
+                    message,
+                    counter,
+                    size=_text_size,
+                )
+                if new_response is not message:
+                    out[i] = new_response
+                    return 'clipped', failures
+            return None, failures
+        if not isinstance(message, ModelRequest) or not _parts.tool_results(message):
+            return None, failures
+        if old:
+            for part in _parts.tool_results(message):
+                result_at.setdefault(part.tool_call_id, i)
+        limit = self.max_tokens if old else clamp_at
+        # The counter memoises whole messages: a request that fits the limit needs no part counted.
+        if limit is None or message_tokens(counter, message) <= limit:
+            return None, failures
+        if failures is None:
+            # Only what has left the window can resolve a failure, so the set moves with the frontier.
+            failures = unresolved_failures(messages[:frontier]) if frontier else set()
+        # The clamp protects the budget, so it applies to failures too (they stay visible, shortened).
+        kept = frozenset(
+            p.tool_call_id for p in _parts.tool_results(message) if old and p.tool_call_id in failures
+        )
+        found = remembered_copy(
+            self._memo,
+            message,
+            (old, limit, kept, counter_key(counter)),
+            self._trim_request,
+            message,
+            old,
+            limit,
+            clamp_at,
+            kept,
+            context,
+            size=_text_size,
+        )
+        if found is message:
+            return None, failures
+        out[i] = found
+        return (TRIMMED if old else CLAMPED), failures
 
     def _trim_request(
         self,
@@ -391,6 +481,21 @@ def _clip_args(args: Any, max_chars: int) -> Any:
     if not changed:
         return None
     return new if isinstance(args, dict) else _parts.json_text(new)
+
+
+@dataclass(frozen=True)
+class _TrimState:
+    """What a full pass of `TrimToolOutputs` leaves for the next one to resume from."""
+
+    frontier: int
+    failures: frozenset[str] | None
+    """The unresolved failures before the frontier (`None`: the pass needed none)."""
+    trimmed_at: list[int]
+    """The old requests trimmed, in order."""
+    clipped_at: list[int]
+    """The old responses whose arguments were clipped, in order."""
+    result_at: dict[str, int]
+    """The request each old tool result is in, by `tool_call_id`."""
 
 
 def shorten_results(

@@ -23,6 +23,7 @@ from pydantic_ai_context import (
     _parts,
     compile_view,
     normalize,
+    profile,
 )
 from pydantic_ai_context._facts import extract_facts
 from pydantic_ai_context.policies._frontier import Frontier, observation_indices
@@ -320,3 +321,48 @@ def test_paths_named_again_after_the_frontier_wait_for_it_so_a_longer_log_extend
         named.append('/repo/src/pkg/mod_41.py' in view[2].parts[0].content)
     assert named[:3] == [False, False, False]
     assert named[-1]
+
+
+@pytest.mark.parametrize('name', ['coding', 'long_horizon', 'chat'])
+@pytest.mark.parametrize('failure_lines', [12, 80], ids=['short', 'long'])
+async def test_views_resumed_across_frontier_moves_equal_fresh_views_as_failures_resolve(
+    name: str, failure_lines: int
+) -> None:
+    """Mask and trim resume from their previous pass when the frontier moves; a failure that a
+    later success resolves once it leaves the window changes a message far before the frontier
+    (masked by `coding`, trimmed by `chat`). Every incremental view equals a fresh profile's."""
+    counter = HeuristicCounter()
+    h = History().user('make the tests pass')
+    h.step(
+        Tool(
+            'pytest',
+            {'args': '-x'},
+            'FAILED tests/test_a.py::test_x - AssertionError\n' + long_text(failure_lines),
+            failed=True,
+        )
+    )
+    for i in range(40):
+        h.step(Tool('read_file', {'path': f'src/m{i}.py'}, long_text(60, prefix=f'src/m{i}.py')))
+        if i == 25:
+            h.step(Tool('pytest', {'args': '-x'}, '1 passed\n' + long_text(60)))
+    log = h.build()
+    incremental = profile(name, context_window=16_000, counter=counter)
+    ends = [i for i, m in enumerate(log) if isinstance(m, ModelRequest)][1:]
+    seen_failure_compacted = False
+    for end in ends:
+        view = await incremental.compile(log[: end + 1])
+        fresh = await profile(name, context_window=16_000, counter=counter).compile(log[: end + 1])
+        assert view == fresh, f'request {end}'
+        first = next(
+            (
+                p
+                for m in view
+                for p in m.parts
+                if isinstance(p, ToolReturnPart) and p.tool_call_id == log[1].parts[0].tool_call_id
+            ),
+            None,
+        )
+        if first is not None:  # a summary or a drop may have taken it out of the view
+            seen_failure_compacted |= (_parts.marker(first) or {}).get('kind') in ('masked', 'trimmed')
+    if name != 'chat' or failure_lines > 12:  # chat does not mask; a short result is not trimmed
+        assert seen_failure_compacted, 'the failure was never resolved and compacted: the test proves nothing'

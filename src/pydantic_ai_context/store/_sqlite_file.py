@@ -209,7 +209,7 @@ class SqliteFile:
         except (OSError, sqlite3.Error) as e:
             raise StoreError(f'cannot open session store {self._where}: {e}', path=self._where) from e
         try:
-            mode = conn.execute('PRAGMA journal_mode=WAL').fetchone()[0]
+            mode = self._journal_mode_wal(conn)
             if str(mode).lower() != 'wal':
                 raise StoreError(
                     f'{self._where}: SQLite refused WAL mode (journal_mode is {mode!r}); '
@@ -224,6 +224,26 @@ class SqliteFile:
                 raise StoreError(f'cannot open session store {self._where}: {e}', path=self._where) from e
             raise
         return conn
+
+    def _journal_mode_wal(self, conn: sqlite3.Connection) -> str:
+        """Switch to WAL, waiting up to `timeout` while another connection holds the file.
+
+        SQLite does not call its busy handler when switching journal modes: two workers opening a
+        fresh file at once got 'database is locked' at once (about one time in seven), whatever the
+        timeout.
+        """
+        deadline = time.monotonic() + self.timeout
+        pause = 0.005
+        while True:
+            try:
+                return str(conn.execute('PRAGMA journal_mode=WAL').fetchone()[0])
+            except sqlite3.OperationalError as e:
+                if 'locked' not in str(e) and 'busy' not in str(e):
+                    raise
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.1)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         target = len(self.migrations)

@@ -24,6 +24,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from . import _parts
 from ._markers import conversation_key, is_readback
+from ._memo import ObjectMemo
 
 __all__ = ('ContextArchive', 'MemoryReadbackStore', 'ReadbackStore')
 
@@ -148,6 +149,9 @@ class ContextArchive:
         self.store: ReadbackStore = store if store is not None else MemoryReadbackStore()
         self._written: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._spans: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        # Each message's JSON, while it lives unchanged: a span that moves with the view (a summary
+        # over a growing middle) holds mostly the messages its previous version held.
+        self._encoded: ObjectMemo[str] = ObjectMemo(max_bytes=64 * 1024 * 1024)
 
     def sink(self, messages: Sequence[ModelMessage], *, results: bool) -> _Sink:
         """The sink for one compile of `messages`; `results=False` when the log the tools read is whole."""
@@ -187,17 +191,26 @@ class ContextArchive:
         key = f'{_SPAN_KEY}{conversation}/{ref}'
         if key in self._written and not replace:
             return
-        encoded: list[Any] = []
+        encoded: list[str] = []
         for item in items:
             if isinstance(item, str):
-                encoded.append({'ref': item})
+                encoded.append(json.dumps({'ref': item}, ensure_ascii=False))
                 continue
-            encoded.append(ModelMessagesTypeAdapter.dump_python([item], mode='json')[0])
+            encoded.append(self._message_json(item))
             if results:
                 for part in _parts.tool_results(item):
                     if _parts.marker(part) is None and not is_readback(part):
                         self.keep_result(part.tool_call_id, part, conversation=conversation)
-        self._put(key, json.dumps({'items': encoded}, ensure_ascii=False))
+        # The same document as `json.dumps({'items': [...]})`, from each message's remembered JSON.
+        self._put(key, '{"items": [' + ', '.join(encoded) + ']}')
+
+    def _message_json(self, message: ModelMessage) -> str:
+        found = self._encoded.get(message)
+        if found is None:
+            item = ModelMessagesTypeAdapter.dump_python([message], mode='json')[0]
+            text = json.dumps(item, ensure_ascii=False)
+            found = self._encoded.put(message, text, size=len(text))
+        return found
 
     def result(self, ref: str, *, conversation: str = '') -> tuple[str, str] | None:
         """(tool name, original text) of the tool result `ref` of `conversation`, or None."""

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
 
-from .._prefix import begins_with
+from .._prefix import begins_with, first_difference
 from .._scope import MemoScope, active_generation, compiling
 from ..tokens import default_counter
 from ..views import CompileContext
@@ -157,3 +158,58 @@ def extend_or_compute(
     out = compute()
     policy._last = last_call(messages, out, key, context)
     return out
+
+
+S = TypeVar('S')
+
+
+def extend_or_resume(
+    policy: Extending,
+    messages: list[ModelMessage],
+    key: Hashable,
+    context: CompileContext,
+    compute: Callable[[], tuple[list[ModelMessage], Any]],
+    *,
+    accept: Callable[[LastCall, Sequence[ModelMessage]], bool] | None = None,
+) -> list[ModelMessage]:
+    """`extend_or_compute` for a policy whose full pass also returns a state to resume the next
+    full pass from (kept as the `LastCall`'s `extra`; see `resumable`)."""
+    states: list[Any] = []
+
+    def run() -> list[ModelMessage]:
+        out, state = compute()
+        states.append(state)
+        return out
+
+    out = extend_or_compute(policy, messages, key, context, run, accept=accept)
+    if states and policy._last is not None:
+        policy._last = dataclasses.replace(policy._last, extra=states[0])
+    return out
+
+
+def resumable(
+    last: LastCall | None,
+    kind: type[S],
+    messages: Sequence[ModelMessage],
+    frontier: int,
+    context: CompileContext,
+) -> tuple[LastCall, S, int] | None:
+    """The previous full pass of a frontier policy, its state, and how many leading messages its
+    input and `messages` share, up to its frontier: when its output there may be reused.
+
+    Only within the same compile generation (no message edited in place since), the same budget,
+    counter and run (`context_key`, the first element of the policy's key), and a frontier that
+    has not moved back.
+    """
+    if last is None or not isinstance(last.extra, kind):
+        return None
+    previous: Any = last.extra
+    if (
+        previous.frontier > frontier
+        or last.generation is None
+        or last.generation != active_generation()
+        or not isinstance(last.key, tuple)
+        or last.key[0] != context_key(context)
+    ):
+        return None
+    return last, previous, min(first_difference(last.messages, messages), previous.frontier)

@@ -13,11 +13,9 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolR
 
 from pydantic_ai_context import _facts, _markers, _parts
 from pydantic_ai_context._memo import ObjectMemo, remembered_copy
-from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.views import CompileContext
 
-from .._prefix import first_difference
-from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
+from ._base import LastCall, SyncPolicy, context_key, extend_or_resume, resumable
 from ._frontier import (
     Frontier,
     counter_key,
@@ -116,21 +114,16 @@ class MaskObservations(SyncPolicy):
         # Nothing at or after the frontier is touched: while it stays put, the output for a
         # longer log is the previous output plus the new messages.
         key = (context_key(context), frontier)
-        state: list[_MaskState] = []
-        out = extend_or_compute(
-            self, messages, key, context, lambda: self._apply(messages, frontier, context, state)
+        return extend_or_resume(
+            self, messages, key, context, lambda: self._apply(messages, frontier, context)
         )
-        if state and self._last is not None:
-            self._last = dataclasses.replace(self._last, extra=state[0])
-        return out
 
     def _apply(
         self,
         messages: list[ModelMessage],
         frontier: int,
         context: CompileContext,
-        state_out: list[_MaskState],
-    ) -> list[ModelMessage]:
+    ) -> tuple[list[ModelMessage], _MaskState]:
         # Only what has left the window can resolve a failure: the decision then moves with the frontier.
         failures = unresolved_failures(messages[:frontier])
         out = list(messages)
@@ -171,13 +164,12 @@ class MaskObservations(SyncPolicy):
                 for fact in self._visible_facts(out[i]) - seen:
                     first_seen[fact] = i
                     seen.add(fact)
-        state_out.append(_MaskState(frontier, frozenset(failures), first_seen, masked_at, result_at))
         if masked_at:
             masked = len(masked_at)
             context.note(
                 f'{masked} tool results before message {frontier} masked', masked=masked, frontier=frontier
             )
-        return out
+        return out, _MaskState(frontier, frozenset(failures), first_seen, masked_at, result_at)
 
     def _resume(
         self,
@@ -193,21 +185,11 @@ class MaskObservations(SyncPolicy):
         after it (before the frontier): everything before that many messages ahead of the first
         message that changed (or of the previous frontier) stays as it was.
         """
-        last = self._last
-        if last is None or not isinstance(last.extra, _MaskState):
+        found = resumable(self._last, _MaskState, messages, frontier, context)
+        if found is None:
             return None
-        previous = last.extra
-        if (
-            previous.frontier > frontier
-            or last.generation is None
-            or last.generation != active_generation()  # an edit since: nothing is reused
-            or not isinstance(last.key, tuple)
-            or last.key[0] != context_key(context)
-        ):
-            return None
-        start = (
-            min(first_difference(last.messages, messages), previous.frontier) - self.named_again_within - 1
-        )
+        last, previous, same = found
+        start = same - self.named_again_within - 1
         for cid in previous.failures.symmetric_difference(failures):
             start = min(start, previous.result_at.get(cid, start))
         return (start, previous, last) if start > 0 else None

@@ -14,12 +14,10 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Tool
 
 from pydantic_ai_context import _facts, _markers, _parts
 from pydantic_ai_context._memo import PART_FIELDS, ObjectMemo, remembered_copy
-from pydantic_ai_context._prefix import first_difference
-from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import CompileContext
 
-from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
+from ._base import LastCall, SyncPolicy, context_key, extend_or_resume, resumable
 from ._frontier import (
     Frontier,
     counter_key,
@@ -129,18 +127,14 @@ class TrimToolOutputs(SyncPolicy):
         # Behind the frontier nothing changes while it stays put; new messages pass through unless
         # one needs the clamp (then everything is recomputed, to report it).
         key = (context_key(context), frontier)
-        state: list[_TrimState] = []
-        out = extend_or_compute(
+        return extend_or_resume(
             self,
             messages,
             key,
             context,
-            lambda: self._apply(messages, frontier, clamp_at, context, state),
+            lambda: self._apply(messages, frontier, clamp_at, context),
             accept=lambda _, tail: not any(self._needs_clamp(m, clamp_at, counter) for m in tail),
         )
-        if state and self._last is not None:
-            self._last = dataclasses.replace(self._last, extra=state[0])
-        return out
 
     @staticmethod
     def _needs_clamp(message: ModelMessage, clamp_at: int | None, counter: TokenCounter) -> bool:
@@ -158,19 +152,10 @@ class TrimToolOutputs(SyncPolicy):
         """How much of the previous output holds for `messages`: each message before the previous
         frontier and the first changed message depends only on itself and on which of its results
         are unresolved failures (returned, to recompute those whose status changed)."""
-        last = self._last
-        if last is None or not isinstance(last.extra, _TrimState):
+        found = resumable(self._last, _TrimState, messages, frontier, context)
+        if found is None:
             return None
-        previous = last.extra
-        if (
-            previous.frontier > frontier
-            or last.generation is None
-            or last.generation != active_generation()  # an edit since: nothing is reused
-            or not isinstance(last.key, tuple)
-            or last.key[0] != context_key(context)
-        ):
-            return None
-        start = min(first_difference(last.messages, messages), previous.frontier)
+        last, previous, start = found
         if start <= 0:
             return None
         return start, previous, last, unresolved_failures(messages[:frontier]) if frontier else set()
@@ -181,8 +166,7 @@ class TrimToolOutputs(SyncPolicy):
         frontier: int,
         clamp_at: int | None,
         context: CompileContext,
-        state_out: list[_TrimState],
-    ) -> list[ModelMessage]:
+    ) -> tuple[list[ModelMessage], _TrimState]:
         failures: set[str] | None = None
         out = list(messages)
         trimmed_at: list[int] = []
@@ -215,15 +199,6 @@ class TrimToolOutputs(SyncPolicy):
                 clipped_at.append(i)
             elif kind == CLAMPED:
                 clamped += 1
-        state_out.append(
-            _TrimState(
-                frontier,
-                frozenset(failures) if failures is not None else None,
-                trimmed_at,
-                clipped_at,
-                result_at,
-            )
-        )
         trimmed, clipped = len(trimmed_at), len(clipped_at)
         if trimmed or clamped or clipped:
             bits = []
@@ -236,7 +211,8 @@ class TrimToolOutputs(SyncPolicy):
             if clipped:
                 bits.append(f'long arguments clipped in {clipped} old responses')
             context.note(', '.join(bits), trimmed=trimmed, clamped=clamped, clipped_responses=clipped)
-        return out
+        failed = frozenset(failures) if failures is not None else None
+        return out, _TrimState(frontier, failed, trimmed_at, clipped_at, result_at)
 
     def _one(
         self,

@@ -256,6 +256,7 @@ class ContextProfile(AbstractCapability[Any]):
         budget: ContextBudget | None = None,
         parameters: Any = None,
         whole_log: bool = False,
+        conversation: str | None = None,
     ) -> list[ModelMessage]:
         """Compile the view of `messages` the model should receive. Works without a `RunContext`.
 
@@ -267,6 +268,9 @@ class ContextProfile(AbstractCapability[Any]):
         `whole_log`: `messages`
         is the whole canonical log, and the read-back tools will read it (the 2.x capability);
         otherwise the tool results the view shortens are kept in the side store for them.
+        `conversation` names the conversation `messages` belong to, for the originals the view's
+        markers name (pass the same to `read_context`/`search_context`): needed only to read back
+        across processes a log that carries no pydantic-ai ids (see `ContextArchive`).
 
         Never mutates `messages`; the same input gives the same view. Steps that change the view
         send `CompactionEvent`s to the handlers, a compile that changed the view records a
@@ -282,6 +286,11 @@ class ContextProfile(AbstractCapability[Any]):
         overhead = self._measure_overhead(messages, ctx, counter, parameters)
         if budget is None:
             budget = self.budget_for(model, overhead=overhead)
+        sink = (
+            self.archive.sink(messages, results=not whole_log, run_context=ctx, conversation=conversation)
+            if self.readback
+            else None
+        )
         context = CompileContext(
             counter=counter,
             budget=budget,
@@ -289,7 +298,7 @@ class ContextProfile(AbstractCapability[Any]):
             run_context=ctx,
             model=self.summary_model if self.summary_model is not None else model,
             log=messages,
-            originals=self.archive.sink(messages, results=not whole_log) if self.readback else None,
+            originals=sink,
         )
         happened: list[CompactionEvent] = []
 
@@ -304,6 +313,8 @@ class ContextProfile(AbstractCapability[Any]):
                 messages, self.steps, context, on_event=on_event, count_tokens=bool(self.event_handlers)
             )
             self._last_compile_id = compile_id
+            if sink is not None:
+                self.archive.compiled(sink, view)
             _tracing.record_compaction(
                 _tracing.tracer_for(ctx),
                 start_time=start_time,

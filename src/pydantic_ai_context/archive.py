@@ -14,6 +14,7 @@ service's for a process that must read back what an earlier one compacted.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import itertools
 import json
@@ -25,7 +26,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from . import _parts
-from ._markers import conversation_identity, conversation_key, is_readback
+from ._markers import conversation_identity, conversation_key, is_readback, span_ref
 from ._memo import ObjectMemo
 
 __all__ = ('ContextArchive', 'MemoryReadbackStore', 'ReadbackStore')
@@ -254,8 +255,16 @@ class ContextArchive:
     def _fingerprint(self, message: ModelMessage) -> bytes:
         found = self._fingerprints.get(message)
         if found is None:
-            text = self._message_json(message).encode('utf-8', 'surrogatepass')
-            found = self._fingerprints.put(message, hashlib.blake2b(text, digest_size=12).digest(), size=12)
+            digest = hashlib.blake2b(digest_size=12)
+            try:
+                digest.update(self._message_json(message).encode('utf-8', 'surrogatepass'))
+            except Exception:  # what JSON cannot hold (arguments nested too deep): its parts' text
+                digest.update(span_ref([message]).encode())
+                for part in message.parts:
+                    with contextlib.suppress(Exception):
+                        digest.update(_parts.part_text(part).encode('utf-8', 'surrogatepass'))
+                    digest.update(b'\x00')
+            found = self._fingerprints.put(message, digest.digest(), size=12)
         return found
 
     def keep_result(self, ref: str, part: Any, *, conversation: str = '') -> None:

@@ -43,10 +43,13 @@ def rejects_first(error: Exception) -> tuple[Any, list[int]]:
 def test_one_rejection_of_a_small_request_never_locks_the_profile_out(error: Exception) -> None:
     # The reproducer: all three runs failed and the model was called once.
     model, calls = rejects_first(error)
-    agent = Agent(FunctionModel(model), capabilities=[profile('coding', context_window=128_000)])
+    p = profile('coding', context_window=128_000)
+    agent = Agent(FunctionModel(model), capabilities=[p])
     for _ in range(3):
         assert agent.run_sync('hi').output == 'hello'
     assert len(calls) == 4  # the rejected attempt, its retry, then one request per later run
+    (rejection,) = [e for e in p.events if e.policy == 'provider_rejected']
+    assert rejection.reason.endswith('retrying as is: the rejection teaches no plausible limit')
 
 
 def test_a_learned_cap_is_bounded_by_what_a_request_needs() -> None:

@@ -607,7 +607,6 @@ class ContextProfile(AbstractCapability[Any]):
             )
             retries = self._rejections.get(key, 0)
             learned = self._learn_limit(model, overflow, rejected, fixed)
-            cap = learned.cap if learned is not None else None
             if retries >= self.max_overflow_retries:
                 self._rejections.pop(key, None)
                 ignored = ''
@@ -629,7 +628,7 @@ class ContextProfile(AbstractCapability[Any]):
             while len(self._rejections) > _STEPS_REMEMBERED:
                 self._rejections.popitem(last=False)
             self._last_sent = None  # the rejected attempt measured nothing
-            await self._report_rejection(ctx, request_context, overflow, rejected, cap)
+            await self._report_rejection(ctx, request_context, overflow, rejected, learned)
             if _RetryModelRequest is not None:
                 raise _RetryModelRequest()
             # pydantic-ai < 2.64 cannot attempt the step again: send the tighter view ourselves.
@@ -699,10 +698,16 @@ class ContextProfile(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         overflow: Overflow,
         rejected: int,
-        cap: int | None,
+        learned: LearnedLimit | None,
     ) -> None:
         limit = f'; the provider states a {overflow.limit:,}-token window' if overflow.limit else ''
-        within = f'; retrying within {cap:,} input tokens' if cap else '; retrying within the stated window'
+        cap = learned.cap if learned is not None else None
+        if cap is not None:
+            within = f'; retrying within a learned cap of {cap:,} input tokens'
+        elif learned is not None and learned.stated is not None:
+            within = f'; retrying within the learned {learned.stated:,}-token window'
+        else:
+            within = '; retrying as is: the rejection teaches no plausible limit'
         event = CompactionEvent(
             policy='provider_rejected',
             reason=f'the provider rejected the request as too long ({overflow.message}, {rejected:,} tokens '

@@ -111,7 +111,9 @@ class ContextProfile(AbstractCapability[Any]):
     """Times one request is compiled again, tighter, after the provider rejects it as too long; then
     `ContextBudgetExceeded`."""
     overflow_shrink: float = 0.8
-    """When a rejection states no limit: the retried request sends at most this share of the rejected input."""
+    """When a rejection states no limit: the retried request sends at most this share of the rejected input
+    (never less than its instructions and tool definitions plus 1,024 tokens, nor 2,048; see
+    `on_model_request_error`)."""
     summary_model: Any = None
     """Model for summarising policies (a cheaper one); `None` uses the run's model."""
     event_handlers: Sequence[EventHandler] = ()

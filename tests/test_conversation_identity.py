@@ -174,3 +174,20 @@ def test_a_huge_ref_or_query_is_echoed_clipped(call: Any) -> None:
         call('zq' * 500_000, from_openai(chat('hi', SECRET, n=1)), ContextArchive())
     assert len(str(caught.value)) < 500
     assert '1,000,000 characters' in str(caught.value)
+
+
+def test_a_converted_chat_continued_by_runs_is_named_by_their_conversation_id() -> None:
+    # The compile inside the run (with its RunContext) and a reader of the stored log afterwards
+    # (without one) name the conversation alike: by the id pydantic-ai gave the runs' messages.
+    import dataclasses
+    from types import SimpleNamespace
+
+    from pydantic_ai_context._markers import conversation_identity
+
+    converted = from_openai(chat('hi', SECRET, n=2))
+    assert conversation_identity(converted) is None
+    continued = [*converted, dataclasses.replace(converted[-1], conversation_id='conv-7')]
+    run = SimpleNamespace(conversation_id='conv-7')
+    assert conversation_identity(continued) == conversation_identity(converted, run) is not None
+    other = [*converted, dataclasses.replace(converted[-1], conversation_id='conv-8')]
+    assert conversation_identity(other) != conversation_identity(continued)

@@ -137,15 +137,19 @@ def conversation_identity(messages: Sequence[ModelMessage], run_context: Any = N
     """Which conversation a log (or any view of it) belongs to, by an id that cannot collide by
     content, or `None` when the log carries none.
 
-    In order: the conversation id pydantic-ai (2.x) gives the request that opens the log, else that
-    request's run id (both kept with the request, which every view keeps verbatim), else the
-    conversation id of the run in progress (`run_context`). A log converted from another format
-    (`from_openai`) carries none of them: `ContextArchive` then tells conversations apart by lineage.
+    In order: the conversation id pydantic-ai gives the request that opens the log (kept with it:
+    every view keeps that request verbatim), else the first conversation id a message carries (a
+    converted chat continued by a run: every run of one conversation carries the same), else the
+    opening request's run id, else the conversation id of the run in progress (`run_context`). A
+    log converted from another format (`from_openai`) and never run carries none of them:
+    `ContextArchive` then tells conversations apart by lineage.
     """
     first = _first_request(messages)
-    found: Any = None
-    if first is not None:
-        found = getattr(first, 'conversation_id', None) or getattr(first, 'run_id', None)
+    found: Any = getattr(first, 'conversation_id', None)
+    if not found:
+        found = next((m.conversation_id for m in messages if getattr(m, 'conversation_id', None)), None)
+    if not found:
+        found = getattr(first, 'run_id', None)
     if not found and run_context is not None:
         found = getattr(run_context, 'conversation_id', None)
     if not isinstance(found, str) or not found:

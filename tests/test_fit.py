@@ -368,12 +368,14 @@ def test_the_drop_note_keeps_its_text_as_more_steps_are_dropped_and_reads_them_a
     notes: list[str] = []
     views: list[list[ModelMessage]] = []
     for end in (len(log) - 6, len(log)):  # a longer log: more steps dropped
+        sink = archive.sink(log[:end], results=True)
         context = CompileContext(
             counter=HeuristicCounter(),
             budget=ContextBudget(context_window=6_000, reserved_output=500),
-            originals=archive.sink(log[:end], results=True),
+            originals=sink,
         )
         view = fit_to_budget().apply(list(log[:end]), context)
+        archive.compiled(sink, view)  # as a profile does: the view is this conversation's
         views.append(view)
         notes += [
             str(p.content)

@@ -28,7 +28,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_context import ContextBudgetExceeded, ContextProfile, HeuristicCounter, _search, profile
-from pydantic_ai_context._markers import conversation_key, span_ref
+from pydantic_ai_context._markers import span_ref
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, is_failed_result, marker, part_text
 from pydantic_ai_context.archive import ContextArchive, MemoryReadbackStore
 from pydantic_ai_context.readback import (
@@ -168,7 +168,7 @@ async def test_agent_reads_back_a_masked_read_and_searches_another(path: str) ->
         assert logged.content == FILES['src/mod_0.py']
     else:
         assert marker(logged)['kind'] == 'masked'
-        kept = p.archive.result('c1', conversation=conversation_key(result.all_messages()))
+        kept = p.archive.result('c1', conversation=p.archive.conversation_of(result.all_messages()))
         assert kept == ('read_file', FILES['src/mod_0.py'])
 
 
@@ -426,8 +426,8 @@ async def test_readback_results_are_never_compacted_nor_read_back() -> None:
         read_context('r1', log)
     # A span holding a read-back shows a reference, not a second copy.
     archive = ContextArchive()
-    archive.keep_span('s1', log[3:5], conversation=conversation_key(log))
-    assert '(a read-back result; not repeated)' in read_context('s1', log, archive)
+    archive.keep_span('s1', log[3:5], conversation=archive.conversation_of(log, conversation='chat'))
+    assert '(a read-back result; not repeated)' in read_context('s1', log, archive, conversation='chat')
     assert search_context('src big py', log).count('- r') == 0, 'read-back results are not searched'
 
 

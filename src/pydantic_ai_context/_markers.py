@@ -105,12 +105,22 @@ def keep_span(
         originals.keep_span(ref, items, replace=replace)
 
 
-def conversation_key(messages: Sequence[ModelMessage]) -> str:
-    """Which conversation a log (or any view of it) belongs to: a digest of its first user prompt
-    and that prompt's timestamp, which every view keeps verbatim (DESIGN.md invariant 1).
+def _first_request(messages: Sequence[ModelMessage]) -> ModelRequest | None:
+    """The request holding the first user prompt (kept verbatim in every view, DESIGN.md invariant 1)."""
+    first: ModelRequest | None = None
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            continue
+        if first is None:
+            first = message
+        if any(isinstance(part, UserPromptPart) for part in message.parts):
+            return message
+    return first
 
-    Originals are kept per conversation, so one profile serving many conversations never reads
-    back, or searches, one conversation's originals from another.
+
+def conversation_key(messages: Sequence[ModelMessage]) -> str:
+    """A digest of the log's first user prompt and that prompt's timestamp: a content key, which every
+    view of the log shares, but two conversations that open alike share too (see `conversation_identity`).
     """
     for message in messages:
         if not isinstance(message, ModelRequest):
@@ -121,6 +131,30 @@ def conversation_key(messages: Sequence[ModelMessage]) -> str:
                 text = f'{stamp}\x00{_parts.user_content_text(part.content)}'
                 return 'v' + hashlib.blake2b(text.encode('utf-8', 'surrogatepass'), digest_size=6).hexdigest()
     return ''
+
+
+def conversation_identity(messages: Sequence[ModelMessage], run_context: Any = None) -> str | None:
+    """Which conversation a log (or any view of it) belongs to, by an id that cannot collide by
+    content, or `None` when the log carries none.
+
+    In order: the conversation id pydantic-ai gives the request that opens the log (kept with it:
+    every view keeps that request verbatim), else the first conversation id a message carries (a
+    converted chat continued by a run: every run of one conversation carries the same), else the
+    opening request's run id, else the conversation id of the run in progress (`run_context`). A
+    log converted from another format (`from_openai`) and never run carries none of them:
+    `ContextArchive` then tells conversations apart by lineage.
+    """
+    first = _first_request(messages)
+    found: Any = getattr(first, 'conversation_id', None)
+    if not found:
+        found = next((m.conversation_id for m in messages if getattr(m, 'conversation_id', None)), None)
+    if not found:
+        found = getattr(first, 'run_id', None)
+    if not found and run_context is not None:
+        found = getattr(run_context, 'conversation_id', None)
+    if not isinstance(found, str) or not found:
+        return None
+    return 'c' + hashlib.blake2b(found.encode('utf-8', 'surrogatepass'), digest_size=8).hexdigest()
 
 
 # --- span ids ---------------------------------------------------------------------------------

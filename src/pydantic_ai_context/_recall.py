@@ -89,7 +89,7 @@ class Reach:
 class SpanCalls:
     """The tool call ids inside each span of an archive (spans never change under a ref)."""
 
-    def __init__(self, archive: ContextArchive, conversation: str) -> None:
+    def __init__(self, archive: ContextArchive, conversation: str | None) -> None:
         self.archive = archive
         self.conversation = conversation
         self._calls: dict[str, frozenset[str]] = {}
@@ -148,7 +148,7 @@ class RecallLedger:
     ) -> None:
         self.facts = facts
         self.log = log
-        self.spans = SpanCalls(archive, _markers.conversation_key(log)) if archive is not None else None
+        self.spans = SpanCalls(archive, archive.conversation_of(log)) if archive is not None else None
         self.counter = counter
         self._runs = run_spans(log)
         self._kept: list[tuple[int, int, str]] = []

@@ -14,6 +14,9 @@ service's for a process that must read back what an earlier one compacted.
 from __future__ import annotations
 
 import collections
+import contextlib
+import hashlib
+import itertools
 import json
 import logging
 from collections.abc import Sequence
@@ -23,7 +26,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from . import _parts
-from ._markers import conversation_key, is_readback
+from ._markers import conversation_identity, conversation_key, is_readback, span_ref
 from ._memo import ObjectMemo
 
 __all__ = ('ContextArchive', 'MemoryReadbackStore', 'ReadbackStore')
@@ -32,6 +35,10 @@ logger = logging.getLogger(__name__)
 
 _RESULT_KEY: Final = 'pydantic_ai_context/readback/result/'
 _SPAN_KEY: Final = 'pydantic_ai_context/readback/span/'
+_LINEAGES_PER_KEY: Final = 64
+"""Conversations without an id that open alike, told apart per opening (the oldest forgotten first)."""
+_STATES_PER_LINEAGE: Final = 4
+"""The latest logs and views of one such conversation that a later log or view must continue."""
 
 
 @runtime_checkable
@@ -125,12 +132,36 @@ class _Sink:
         )
 
 
+@dataclass
+class _Lineage:
+    """One conversation without an id: the latest logs and views compiled for it, as fingerprints."""
+
+    id: int
+    states: collections.deque[tuple[bytes, ...]]
+
+    def continues(self, fingerprints: tuple[bytes, ...]) -> bool:
+        """`fingerprints` and one of the states are one the start of the other (the same conversation)."""
+        for state in self.states:
+            n = min(len(state), len(fingerprints))
+            if state[:n] == fingerprints[:n]:
+                return True
+        return False
+
+    def add(self, fingerprints: tuple[bytes, ...]) -> None:
+        if fingerprints not in self.states:
+            self.states.append(fingerprints)
+
+
 class ContextArchive:
     """A profile's side store of originals, by conversation and ref: what `read_context` reads where the log cannot.
 
-    Every entry belongs to one conversation (`_markers.conversation_key` of the log it came
-    from); reading asks for the conversation of the log at hand, so a profile serving several
-    conversations keeps them apart.
+    Every entry belongs to one conversation; reading asks for the conversation of the log at hand
+    (`conversation_of`), so a profile serving several conversations keeps them apart. A conversation
+    is named, first that applies: by the `conversation` this archive is pinned to (a
+    `ContextSession`'s id) or a compile is given; by the id pydantic-ai gives the request that opens
+    the log (its conversation id, else its run id) or the run in progress; else, for a log that
+    carries no id (converted from another format), by its lineage: the logs and views compiled
+    before that it continues. A log that continues no lineage, or several, reads no originals.
 
     Example:
         ```python
@@ -145,17 +176,96 @@ class ContextArchive:
         ```
     """
 
-    def __init__(self, store: ReadbackStore | None = None) -> None:
+    def __init__(self, store: ReadbackStore | None = None, *, conversation: str | None = None) -> None:
         self.store: ReadbackStore = store if store is not None else MemoryReadbackStore()
+        self.conversation = conversation
+        """The one conversation every entry belongs to (a `ContextSession`'s id), or `None`: per log."""
+        self._lineages: dict[str, list[_Lineage]] = {}
+        self._lineage_ids = itertools.count(1)
+        self._fingerprints: ObjectMemo[bytes] = ObjectMemo(max_bytes=8 * 1024 * 1024)
         self._written: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._spans: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         # Each message's JSON, while it lives unchanged: a span that moves with the view (a summary
         # over a growing middle) holds mostly the messages its previous version held.
         self._encoded: ObjectMemo[str] = ObjectMemo(max_bytes=64 * 1024 * 1024)
 
-    def sink(self, messages: Sequence[ModelMessage], *, results: bool) -> _Sink:
-        """The sink for one compile of `messages`; `results=False` when the log the tools read is whole."""
-        return _Sink(self, results, conversation_key(messages))
+    def sink(
+        self,
+        messages: Sequence[ModelMessage],
+        *,
+        results: bool,
+        run_context: Any = None,
+        conversation: str | None = None,
+    ) -> _Sink:
+        """The sink for one compile of `messages`; `results=False` when the log the tools read is whole.
+
+        `conversation` names the conversation explicitly; `run_context` is the run compiling it."""
+        key = self._conversation(messages, run_context, conversation, compiling=True)
+        assert key is not None
+        return _Sink(self, results, key)
+
+    def conversation_of(
+        self, messages: Sequence[ModelMessage], *, run_context: Any = None, conversation: str | None = None
+    ) -> str | None:
+        """The conversation whose originals a reader of `messages` may read, or `None` when it cannot
+        be told apart from others that open alike (it continues no log or view compiled for that
+        opening, or several): such a reader reads no originals."""
+        return self._conversation(messages, run_context, conversation, compiling=False)
+
+    def compiled(self, sink: Any, view: Sequence[ModelMessage]) -> None:
+        """Record the view a compile with `sink` produced: a later log that continues it (the view
+        replaces the history on pydantic-ai 1.x, a caller may pass it on) is the same conversation."""
+        if not isinstance(sink, _Sink) or sink.archive is not self:
+            return
+        key, _, number = sink.conversation.partition('~')
+        for lineage in self._lineages.get(key, ()):
+            if str(lineage.id) == number:
+                lineage.add(self._fingerprints_of(view))
+
+    def _conversation(
+        self, messages: Sequence[ModelMessage], run_context: Any, explicit: str | None, *, compiling: bool
+    ) -> str | None:
+        named = explicit if explicit is not None else self.conversation
+        if named is not None:
+            return 'k' + hashlib.blake2b(named.encode('utf-8', 'surrogatepass'), digest_size=8).hexdigest()
+        identity = conversation_identity(messages, run_context)
+        if identity is not None:
+            return identity
+        # No id: the opening names candidates, the lineage says which of them this log continues.
+        key = conversation_key(messages)
+        fingerprints = self._fingerprints_of(messages)
+        lineages = self._lineages.setdefault(key, [])
+        matches = [lineage for lineage in lineages if lineage.continues(fingerprints)]
+        if len(matches) == 1:
+            found = matches[0]
+        elif not compiling:
+            return None
+        else:
+            found = _Lineage(next(self._lineage_ids), collections.deque(maxlen=_STATES_PER_LINEAGE))
+            lineages.append(found)
+            while len(lineages) > _LINEAGES_PER_KEY:
+                lineages.pop(0)
+        if compiling:
+            found.add(fingerprints)
+        return f'{key}~{found.id}'
+
+    def _fingerprints_of(self, messages: Sequence[ModelMessage]) -> tuple[bytes, ...]:
+        return tuple(self._fingerprint(message) for message in messages)
+
+    def _fingerprint(self, message: ModelMessage) -> bytes:
+        found = self._fingerprints.get(message)
+        if found is None:
+            digest = hashlib.blake2b(digest_size=12)
+            try:
+                digest.update(self._message_json(message).encode('utf-8', 'surrogatepass'))
+            except Exception:  # what JSON cannot hold (arguments nested too deep): its parts' text
+                digest.update(span_ref([message]).encode())
+                for part in message.parts:
+                    with contextlib.suppress(Exception):
+                        digest.update(_parts.part_text(part).encode('utf-8', 'surrogatepass'))
+                    digest.update(b'\x00')
+            found = self._fingerprints.put(message, digest.digest(), size=12)
+        return found
 
     def keep_result(self, ref: str, part: Any, *, conversation: str = '') -> None:
         """Keep the original of tool result `part` under `ref` (once per ref and conversation)."""
@@ -212,15 +322,19 @@ class ContextArchive:
             found = self._encoded.put(message, text, size=len(text))
         return found
 
-    def result(self, ref: str, *, conversation: str = '') -> tuple[str, str] | None:
+    def result(self, ref: str, *, conversation: str | None = '') -> tuple[str, str] | None:
         """(tool name, original text) of the tool result `ref` of `conversation`, or None."""
+        if conversation is None:
+            return None
         value = self._get(f'{_RESULT_KEY}{conversation}/{ref}')
         if value is None:
             return None
         return str(value.get('tool', '')), str(value.get('text', ''))
 
-    def span(self, ref: str, *, conversation: str = '') -> list[ModelMessage | str] | None:
+    def span(self, ref: str, *, conversation: str | None = '') -> list[ModelMessage | str] | None:
         """The items of span `ref` of `conversation` (messages, and refs of earlier spans), or None."""
+        if conversation is None:
+            return None
         value = self._get(f'{_SPAN_KEY}{conversation}/{ref}')
         if value is None:
             return None
@@ -232,8 +346,10 @@ class ContextArchive:
                 out.extend(ModelMessagesTypeAdapter.validate_python([item]))
         return out
 
-    def span_refs(self, conversation: str = '') -> list[str]:
+    def span_refs(self, conversation: str | None = '') -> list[str]:
         """Refs of the spans of `conversation` kept by this process, oldest first (for `search_context`)."""
+        if conversation is None:
+            return []
         return [ref for conv, ref in self._spans if conv == conversation]
 
     def _put(self, key: str, value: str) -> None:

@@ -69,7 +69,9 @@ class ContextBudgetExceeded(ContextError):
         self.limit = limit
         self.detail = detail
         self.policy = policy
-        message = f'context needs {used:,} tokens but the budget allows {limit:,} (over by {used - limit:,})'
+        message = f'context needs {used:,} tokens but the budget allows {limit:,}'
+        if used > limit:  # never a negative overage: a budget that leaves no room says so in `detail`
+            message += f' (over by {used - limit:,})'
         if policy:
             message += f' after {policy}'
         if detail:

@@ -29,6 +29,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from . import _registry, _tracing
+from ._learned_limits import LearnedLimit, LearnedLimits
 from ._overflow import Overflow, context_overflow
 from ._parts import PYDANTIC_AI_MAJOR
 from ._scope import MemoScope, compiling, suspended
@@ -110,7 +111,9 @@ class ContextProfile(AbstractCapability[Any]):
     """Times one request is compiled again, tighter, after the provider rejects it as too long; then
     `ContextBudgetExceeded`."""
     overflow_shrink: float = 0.8
-    """When a rejection states no limit: the retried request sends at most this share of the rejected input."""
+    """When a rejection states no limit: the retried request sends at most this share of the rejected input
+    (never less than its instructions and tool definitions plus 1,024 tokens, nor 2,048; see
+    `on_model_request_error`)."""
     summary_model: Any = None
     """Model for summarising policies (a cheaper one); `None` uses the run's model."""
     event_handlers: Sequence[EventHandler] = ()
@@ -139,10 +142,8 @@ class ContextProfile(AbstractCapability[Any]):
     last_overhead: RequestOverhead | None = field(default=None, init=False, compare=False)
     """What the latest request sent besides its messages (instructions, tool definitions), or `None`."""
     _overhead_memo: OverheadMemo = field(default_factory=OverheadMemo, init=False, compare=False, repr=False)
-    # Input caps learned from provider rejections, per model: (stated window or None, input cap or None).
-    _provider_limits: dict[str, tuple[int | None, int | None]] = field(
-        default_factory=dict[str, tuple[int | None, int | None]], init=False, compare=False, repr=False
-    )
+    # Limits learned from provider rejections, per model: evidence, re-tested (see `_learned_limits`).
+    _limits: LearnedLimits = field(default_factory=LearnedLimits, init=False, compare=False, repr=False)
     # Rejections of the request step in progress, per (run id, run step).
     _rejections: collections.OrderedDict[tuple[str | None, int], int] = field(
         default_factory=collections.OrderedDict[tuple[str | None, int], int],
@@ -205,9 +206,10 @@ class ContextProfile(AbstractCapability[Any]):
         """The budget for a request to `model`, from this profile's settings.
 
         `reserved_system` is the explicit setting, else what `overhead` measured the request sends
-        besides its messages, else 0. Limits the provider stated when it rejected a request to the
-        same model (see `max_overflow_retries`) tighten the window. Raises `ContextBudgetExceeded`
-        when the instructions and tool definitions alone leave no room for messages.
+        besides its messages, else 0. Limits learned when the provider rejected a request to the
+        same model (see `on_model_request_error`) tighten the window while they are in force.
+        Raises `ContextBudgetExceeded` when the instructions and tool definitions alone leave no
+        room for messages.
         """
         reserved_system = self.reserved_system
         if reserved_system is None:
@@ -217,11 +219,9 @@ class ContextProfile(AbstractCapability[Any]):
         reserved_output = self.reserved_output
         if reserved_output is None:
             reserved_output = min(_DEFAULT_RESERVED_OUTPUT, tokens // 4)
-        learned = self._provider_limits.get(_model_key(model))
+        learned = self._limits.in_force(_model_key(model))
         if learned is not None:
-            tokens, source = _tightened_window(
-                tokens, source, learned, reserved_output=reserved_output, reserved_system=reserved_system
-            )
+            tokens, source = _tightened_window(tokens, source, learned, reserved_output=reserved_output)
         try:
             return ContextBudget(
                 context_window=tokens,
@@ -233,12 +233,15 @@ class ContextProfile(AbstractCapability[Any]):
         except ValueError as exc:
             if reserved_system <= 0:
                 raise
+            window_text = f'a {tokens:,}-token window'
+            if learned is not None and source == 'provider':
+                window_text = f'the {tokens:,}-token window {learned.describe()}'
             raise ContextBudgetExceeded(
                 reserved_system + reserved_output,
-                tokens,
+                tokens - math.ceil(tokens * _SAFETY_MARGIN),
                 detail=(
                     f'the instructions and tool definitions ({reserved_system:,} tokens) and the reserved '
-                    f'output ({reserved_output:,}) leave no room for messages in a {tokens:,}-token window'
+                    f'output ({reserved_output:,}) leave no room for messages in {window_text}'
                 ),
             ) from exc
 
@@ -256,6 +259,7 @@ class ContextProfile(AbstractCapability[Any]):
         budget: ContextBudget | None = None,
         parameters: Any = None,
         whole_log: bool = False,
+        conversation: str | None = None,
     ) -> list[ModelMessage]:
         """Compile the view of `messages` the model should receive. Works without a `RunContext`.
 
@@ -267,6 +271,9 @@ class ContextProfile(AbstractCapability[Any]):
         `whole_log`: `messages`
         is the whole canonical log, and the read-back tools will read it (the 2.x capability);
         otherwise the tool results the view shortens are kept in the side store for them.
+        `conversation` names the conversation `messages` belong to, for the originals the view's
+        markers name (pass the same to `read_context`/`search_context`): needed only to read back
+        across processes a log that carries no pydantic-ai ids (see `ContextArchive`).
 
         Never mutates `messages`; the same input gives the same view. Steps that change the view
         send `CompactionEvent`s to the handlers, a compile that changed the view records a
@@ -282,6 +289,11 @@ class ContextProfile(AbstractCapability[Any]):
         overhead = self._measure_overhead(messages, ctx, counter, parameters)
         if budget is None:
             budget = self.budget_for(model, overhead=overhead)
+        sink = (
+            self.archive.sink(messages, results=not whole_log, run_context=ctx, conversation=conversation)
+            if self.readback
+            else None
+        )
         context = CompileContext(
             counter=counter,
             budget=budget,
@@ -289,7 +301,7 @@ class ContextProfile(AbstractCapability[Any]):
             run_context=ctx,
             model=self.summary_model if self.summary_model is not None else model,
             log=messages,
-            originals=self.archive.sink(messages, results=not whole_log) if self.readback else None,
+            originals=sink,
         )
         happened: list[CompactionEvent] = []
 
@@ -304,6 +316,8 @@ class ContextProfile(AbstractCapability[Any]):
                 messages, self.steps, context, on_event=on_event, count_tokens=bool(self.event_handlers)
             )
             self._last_compile_id = compile_id
+            if sink is not None:
+                self.archive.compiled(sink, view)
             _tracing.record_compaction(
                 _tracing.tracer_for(ctx),
                 start_time=start_time,
@@ -456,14 +470,19 @@ class ContextProfile(AbstractCapability[Any]):
         try:
             view = await self.compile(messages, ctx, model=model, parameters=parameters, whole_log=whole_log)
         except ContextBudgetExceeded as exc:
+            notes: list[str] = []
             rejected = self._rejections.get(_step_key(ctx), 0)
-            if not rejected:
+            if rejected:
+                notes.append(f'the provider rejected {rejected} earlier attempt(s) as too long')
+            learned = self._limits.get(
+                _model_key(model if model is not None else getattr(ctx, 'model', None))
+            )
+            if learned is not None and not learned.retesting and 'learned from' not in exc.detail:
+                notes.append(f'the limit in force was {learned.describe()}')
+            if not notes:
                 raise
             raise ContextBudgetExceeded(
-                exc.used,
-                exc.limit,
-                detail=f'{exc.detail}; the provider rejected {rejected} earlier attempt(s) as too long',
-                policy=exc.policy,
+                exc.used, exc.limit, detail='; '.join([exc.detail, *notes]), policy=exc.policy
             ) from exc
         usage = self.last_usage
         assert usage is not None
@@ -471,12 +490,18 @@ class ContextProfile(AbstractCapability[Any]):
         known = usage.window_source != 'default'
         if known and usage.estimated_tokens is not None and usage.estimated_tokens > usage.limit_tokens:
             extra = usage.used_tokens - usage.budget_tokens
+            window_text = f'the {usage.window_tokens:,}-token window'
+            learned = self._limits.get(
+                _model_key(model if model is not None else getattr(ctx, 'model', None))
+            )
+            if usage.window_source == 'provider' and learned is not None:
+                window_text += f' {learned.describe()}'
             raise ContextBudgetExceeded(
                 usage.estimated_tokens + extra,
                 usage.limit_tokens + extra,
                 detail=(
                     f'the compiled view ({usage.estimated_tokens:,} tokens) with its instructions and tool '
-                    f'definitions does not fit the {usage.window_tokens:,}-token window; nothing was sent'
+                    f'definitions does not fit {window_text}; nothing was sent'
                 ),
                 policy=self.name,
             )
@@ -566,8 +591,9 @@ class ContextProfile(AbstractCapability[Any]):
     ) -> ModelResponse:
         """When the provider rejects the request as too long: compile tighter and try again.
 
-        The rejected attempt's size (as counted here) and the limit the error states, if any,
-        tighten the budget for this model (kept for later requests too); the attempt is retried
+        The rejected attempt's size (as counted here) and the limit the error states, if plausible,
+        are learned for that model as evidence (see `_learned_limits`: bounded below by what a
+        request needs, re-tested after a while, lifted by a success above it); the attempt is retried
         with `RetryModelRequest` (pydantic-ai >= 2.64), else by sending the tighter view directly.
         At most `max_overflow_retries` times per request, then `ContextBudgetExceeded`. Any other
         error is re-raised unchanged.
@@ -578,19 +604,24 @@ class ContextProfile(AbstractCapability[Any]):
         model = request_context.model
         key = _step_key(ctx)
         while True:
-            rejected = self._request_total(
+            rejected, fixed = self._request_total(
                 request_context.messages, model, request_context.model_request_parameters
             )
             retries = self._rejections.get(key, 0)
-            cap = self._learn_limit(model, overflow, rejected)
+            learned = self._learn_limit(model, overflow, rejected, fixed)
             if retries >= self.max_overflow_retries:
                 self._rejections.pop(key, None)
+                ignored = ''
+                if overflow.limit is not None and (learned is None or learned.stated != overflow.limit):
+                    ignored = (
+                        f'; the {overflow.limit:,}-token window it stated is not plausible and was ignored'
+                    )
                 raise ContextBudgetExceeded(
                     rejected,
-                    overflow.limit if overflow.limit is not None else (cap or rejected),
+                    _rejected_limit(learned, rejected),
                     detail=(
                         f'the provider rejected the request as too long {retries + 1} times '
-                        f'({overflow.message}); the last attempt had {rejected:,} tokens by this counter'
+                        f'({overflow.message}); the last attempt had {rejected:,} tokens by this counter{ignored}'
                     ),
                     policy=self.name,
                 ) from error
@@ -599,7 +630,7 @@ class ContextProfile(AbstractCapability[Any]):
             while len(self._rejections) > _STEPS_REMEMBERED:
                 self._rejections.popitem(last=False)
             self._last_sent = None  # the rejected attempt measured nothing
-            await self._report_rejection(ctx, request_context, overflow, rejected, cap)
+            await self._report_rejection(ctx, request_context, overflow, rejected, learned)
             if _RetryModelRequest is not None:
                 raise _RetryModelRequest()
             # pydantic-ai < 2.64 cannot attempt the step again: send the tighter view ourselves.
@@ -625,29 +656,43 @@ class ContextProfile(AbstractCapability[Any]):
             self._rejections.pop(key, None)
             return response
 
-    def _request_total(self, messages: Sequence[ModelMessage], model: Any, parameters: Any) -> int:
+    def _request_total(
+        self, messages: Sequence[ModelMessage], model: Any, parameters: Any
+    ) -> tuple[int, int]:
+        """(all the tokens the request sends, the part of them that is instructions and tools)."""
         counter = self.counter_for(model)
         overhead = measure_overhead(
             messages, counter=counter, parameters=parameters, memo=self._overhead_memo
         )
-        return counter.count_messages(messages) + overhead.reserve
+        fixed = self.reserved_system if self.reserved_system is not None else overhead.reserve
+        return counter.count_messages(messages) + overhead.reserve, fixed
 
-    def _learn_limit(self, model: Any, overflow: Overflow, rejected: int) -> int | None:
-        """Remember what the provider told about `model`'s limit; the input cap now in force."""
-        key = _model_key(model)
-        stated, cap = self._provider_limits.get(key, (None, None))
-        if overflow.limit is not None:
-            stated = overflow.limit if stated is None else min(stated, overflow.limit)
-        # A rejection the stated window does not explain means this counter undercounts for the
-        # provider: cap the input below what was rejected.
-        reserved_output = (
-            self.reserved_output if self.reserved_output is not None else _DEFAULT_RESERVED_OUTPUT
+    def _learn_limit(self, model: Any, overflow: Overflow, rejected: int, fixed: int) -> LearnedLimit | None:
+        """Weigh what the provider told about `model`'s limit; the limit now learned, if any."""
+        reserved_output = self.reserved_output
+        if reserved_output is None:
+            window = resolve_context_window(model, explicit=self.context_window).tokens
+            reserved_output = min(_DEFAULT_RESERVED_OUTPUT, window // 4)
+        return self._limits.learn(
+            _model_key(model),
+            overflow,
+            rejected,
+            fixed=fixed,
+            reserved_output=reserved_output,
+            shrink=self.overflow_shrink,
         )
-        if stated is None or rejected <= stated - min(reserved_output, stated // 4):
-            shrunk = max(1, math.floor(rejected * self.overflow_shrink))
-            cap = shrunk if cap is None else min(cap, shrunk)
-        self._provider_limits[key] = (stated, cap)
-        return cap
+
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+    ) -> ModelResponse:
+        """A request the provider accepted: a learned limit it went past is lifted."""
+        key = _model_key(request_context.model)
+        if self._limits.get(key) is not None:
+            sent, _ = self._request_total(
+                request_context.messages, request_context.model, request_context.model_request_parameters
+            )
+            self._limits.succeeded(key, sent)
+        return response
 
     async def _report_rejection(
         self,
@@ -655,10 +700,16 @@ class ContextProfile(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         overflow: Overflow,
         rejected: int,
-        cap: int | None,
+        learned: LearnedLimit | None,
     ) -> None:
         limit = f'; the provider states a {overflow.limit:,}-token window' if overflow.limit else ''
-        within = f'; retrying within {cap:,} input tokens' if cap else '; retrying within the stated window'
+        cap = learned.cap if learned is not None else None
+        if cap is not None:
+            within = f'; retrying within a learned cap of {cap:,} input tokens'
+        elif learned is not None and learned.stated is not None:
+            within = f'; retrying within the learned {learned.stated:,}-token window'
+        else:
+            within = '; retrying as is: the rejection teaches no plausible limit'
         event = CompactionEvent(
             policy='provider_rejected',
             reason=f'the provider rejected the request as too long ({overflow.message}, {rejected:,} tokens '
@@ -961,15 +1012,10 @@ def _model_key(model: Any) -> str:
 
 
 def _tightened_window(
-    tokens: int,
-    source: WindowSource,
-    learned: tuple[int | None, int | None],
-    *,
-    reserved_output: int,
-    reserved_system: int,
+    tokens: int, source: WindowSource, learned: LearnedLimit, *, reserved_output: int
 ) -> tuple[int, WindowSource]:
     """The window after what a provider's rejections taught: its stated window, and an input cap."""
-    stated, cap = learned
+    stated, cap = learned.stated, learned.cap
     if stated is not None and stated < tokens:
         tokens, source = stated, 'provider'
     if cap is not None:
@@ -978,6 +1024,12 @@ def _tightened_window(
         if capped < tokens:
             tokens, source = max(capped, 1), 'provider'
     return tokens, source
+
+
+def _rejected_limit(learned: LearnedLimit | None, rejected: int) -> int:
+    """The limit a rejected request was over, as far as is known: the learned cap or window, else just under it."""
+    known = [n for n in (learned.cap, learned.stated) if n is not None] if learned is not None else []
+    return min([*known, rejected - 1]) if known else max(0, rejected - 1)
 
 
 def _with_instruction(parameters: Any) -> Any:

@@ -33,7 +33,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from . import _parts, _search
-from ._markers import READ_CONTEXT, SEARCH_CONTEXT, conversation_key, has_ref, is_readback, ref_of
+from ._markers import READ_CONTEXT, SEARCH_CONTEXT, has_ref, is_readback, ref_of
 from ._memo import ObjectMemo
 from .archive import ContextArchive
 from .integrity import unique_call_ids
@@ -66,7 +66,42 @@ PAGE_CHARS: Final = 20_000
 SEARCH_HITS: Final = 5
 MAX_SEARCH_HITS: Final = 20
 
+ECHO_CHARS: Final = 200
+"""Characters of a ref or query a tool's answer repeats back at most."""
+
 _MAX_DEPTH: Final = 8
+
+
+def _echo(text: str) -> str:
+    """`text` as an answer repeats it: quoted, clipped to `ECHO_CHARS` (a 1 MB argument is not echoed whole)."""
+    if len(text) <= ECHO_CHARS:
+        return repr(text)
+    return f'{text[:ECHO_CHARS]!r}... ({len(text):,} characters)'
+
+
+@dataclass(frozen=True)
+class _Side:
+    """The side store as one conversation's reader sees it: `conversation` None reads nothing."""
+
+    archive: ContextArchive
+    conversation: str | None
+
+    def result(self, ref: str) -> tuple[str, str] | None:
+        return self.archive.result(ref, conversation=self.conversation)
+
+    def span(self, ref: str) -> list[ModelMessage | str] | None:
+        return self.archive.span(ref, conversation=self.conversation)
+
+    def span_refs(self) -> list[str]:
+        return self.archive.span_refs(self.conversation)
+
+
+def _side(
+    archive: ContextArchive | None, log: Sequence[ModelMessage], run_context: Any, conversation: str | None
+) -> _Side | None:
+    if archive is None:
+        return None
+    return _Side(archive, archive.conversation_of(log, run_context=run_context, conversation=conversation))
 
 
 # --- resolving a ref ------------------------------------------------------------------------------
@@ -87,40 +122,45 @@ def _find_result(ref: str, log: Sequence[ModelMessage]) -> Any:
     return None
 
 
-def _result_text(
-    ref: str, log: Sequence[ModelMessage], archive: ContextArchive | None
-) -> tuple[str, str] | None:
+def _result_text(ref: str, log: Sequence[ModelMessage], archive: _Side | None) -> tuple[str, str] | None:
     """(tool name, original text) of tool result `ref`: the log's copy unless it is a marker, else the store's."""
     part = _find_result(ref, log)
     if part is not None and _parts.marker(part) is None:
         return part.tool_name or '', _parts.part_text(part)
-    kept = archive.result(ref, conversation=conversation_key(log)) if archive is not None else None
+    kept = archive.result(ref) if archive is not None else None
     if kept is not None:
         return kept
     return None
 
 
-def _resolve(ref: str, log: Sequence[ModelMessage], archive: ContextArchive | None) -> _Original:
+def _resolve(ref: str, log: Sequence[ModelMessage], archive: _Side | None) -> _Original:
     part = _find_result(ref, log)
     if part is not None and is_readback(part):
         raise ModelRetry(
-            f'{ref!r} is the result of a {part.tool_name} call, not an original: '
+            f'{_echo(ref)} is the result of a {part.tool_name} call, not an original: '
             'read the ref that call was given instead.'
         )
     found = _result_text(ref, log, archive)
     if found is not None:
         return _Original(f'{found[0] or "tool"} result', found[1])
-    items = archive.span(ref, conversation=conversation_key(log)) if archive is not None else None
+    items = archive.span(ref) if archive is not None else None
     if items is not None:
         rendered = list(_render_span(items, log, archive, depth=0))
         lines = [line for _, chunk in rendered for line in chunk]
         # Nested spans (a drop note lists the steps it dropped) count their own messages.
         n = sum(1 for message, _ in rendered if message is not None)
         return _Original(f'span of {n} message{"s" if n != 1 else ""}', '\n'.join(lines))
+    if archive is not None and archive.conversation is None:
+        raise ModelRetry(
+            f'the original of {_echo(ref)} cannot be read back: this conversation cannot be told apart '
+            'from another one that starts the same way, so no stored original is shared with it.'
+        )
     if part is not None:
-        raise ModelRetry(f'the original of {ref!r} is no longer available; its marker is all that is left.')
+        raise ModelRetry(
+            f'the original of {_echo(ref)} is no longer available; its marker is all that is left.'
+        )
     raise ModelRetry(
-        f'unknown ref {ref!r}: use a ref named in a marker ([original: read_context(...)]) '
+        f'unknown ref {_echo(ref)}: use a ref named in a marker ([original: read_context(...)]) '
         'or found by search_context.'
     )
 
@@ -128,18 +168,14 @@ def _resolve(ref: str, log: Sequence[ModelMessage], archive: ContextArchive | No
 def _render_span(
     items: Sequence[ModelMessage | str],
     log: Sequence[ModelMessage],
-    archive: ContextArchive | None,
+    archive: _Side | None,
     *,
     depth: int,
 ) -> Iterator[tuple[ModelMessage | None, list[str]]]:
     """Each message of a span as text lines (nested spans expanded), with the message it came from."""
     for item in items:
         if isinstance(item, str):
-            nested = (
-                archive.span(item, conversation=conversation_key(log))
-                if archive is not None and depth < _MAX_DEPTH
-                else None
-            )
+            nested = archive.span(item) if archive is not None and depth < _MAX_DEPTH else None
             if nested is None:
                 yield None, [f'(earlier span {item}: no longer available)']
             else:
@@ -149,7 +185,7 @@ def _render_span(
 
 
 def _message_lines(
-    message: ModelMessage, log: Sequence[ModelMessage], archive: ContextArchive | None
+    message: ModelMessage, log: Sequence[ModelMessage], archive: _Side | None
 ) -> Iterator[str]:
     part: Any
     for part in message.parts:
@@ -172,7 +208,7 @@ def _message_lines(
                 yield f'{role}: {text}'
 
 
-def _result_lines(part: Any, log: Sequence[ModelMessage], archive: ContextArchive | None) -> Iterator[str]:
+def _result_lines(part: Any, log: Sequence[ModelMessage], archive: _Side | None) -> Iterator[str]:
     head = f'tool result {part.tool_name} [{part.tool_call_id}]'
     if is_readback(part):
         # Never recursive: a read-back's page is a copy of an original that has its own ref.
@@ -188,11 +224,11 @@ def _page(ref: str, original: _Original, offset: int, limit: int) -> str:
     lines = original.text.split('\n')
     total = len(lines)
     if not original.text.strip():
-        raise ModelRetry(f'the original of {ref!r} is empty.')
+        raise ModelRetry(f'the original of {_echo(ref)} is empty.')
     if offset < 0 or limit < 1:
         raise ModelRetry('offset must be >= 0 and limit >= 1.')
     if offset >= total:
-        raise ModelRetry(f'{ref!r} has {total:,} lines; offset {offset:,} is past its end.')
+        raise ModelRetry(f'{_echo(ref)} has {total:,} lines; offset {offset:,} is past its end.')
     page: list[str] = []
     chars = 0
     for line in lines[offset : offset + limit]:
@@ -216,12 +252,17 @@ def read_context(
     *,
     offset: int = 0,
     limit: int = PAGE_LINES,
+    conversation: str | None = None,
+    run_context: Any = None,
 ) -> str:
     """The original behind `ref`, lines `offset` to `offset + limit`, under a header with the total.
 
     A tool result comes from `log` (unless the log holds only its marker), else from `archive`;
-    a span from `archive`. An unknown ref, an empty original or an offset past the end raises
-    `ModelRetry`, which a tool turns into a retry prompt the model can act on.
+    a span from `archive`: only the originals of the conversation `log` belongs to (named by
+    `conversation`, as the compile was, else by the ids of `log` or of `run_context`'s run, else
+    by lineage; see `ContextArchive`). An unknown ref, an empty original or an offset past the end
+    raises `ModelRetry`; the `read_context` tool turns it into a failed tool result the model sees
+    (pydantic-ai 2.x `ToolFailed`, an `Error:` result on 1.x). The ref is repeated back clipped.
 
     Example:
         ```python
@@ -238,7 +279,8 @@ def read_context(
     if not ref:
         raise ModelRetry("give the ref a marker names, e.g. read_context('call_abc').")
     # Markers name tool results as the view does: a reused or unreadable call id renamed (`<id>-<n>`).
-    return _page(ref, _resolve(ref, unique_call_ids(log), archive), offset, limit)
+    log = unique_call_ids(log)
+    return _page(ref, _resolve(ref, log, _side(archive, log, run_context, conversation)), offset, limit)
 
 
 # --- searching ------------------------------------------------------------------------------------
@@ -253,7 +295,7 @@ class _Document:
     """For a message of a span: its first line in `read_context(ref)`."""
 
 
-def _documents(log: Sequence[ModelMessage], archive: ContextArchive | None) -> list[_Document]:
+def _documents(log: Sequence[ModelMessage], archive: _Side | None) -> list[_Document]:
     docs: list[_Document] = []
     seen: set[str] = set()
 
@@ -275,10 +317,9 @@ def _documents(log: Sequence[ModelMessage], archive: ContextArchive | None) -> l
             span_refs[ref] = None
     if archive is None:
         return docs
-    conversation = conversation_key(log)
-    span_refs.update(dict.fromkeys(archive.span_refs(conversation)))
+    span_refs.update(dict.fromkeys(archive.span_refs()))
     for ref in span_refs:
-        items = archive.span(ref, conversation=conversation)
+        items = archive.span(ref)
         if items is None:
             continue
         at = 0
@@ -295,7 +336,7 @@ def _documents(log: Sequence[ModelMessage], archive: ContextArchive | None) -> l
 
 
 def _message_lines_without_results(
-    message: ModelMessage, log: Sequence[ModelMessage], archive: ContextArchive | None
+    message: ModelMessage, log: Sequence[ModelMessage], archive: _Side | None
 ) -> Iterator[str]:
     # A span's tool results are searched under their own refs.
     if isinstance(message, ModelRequest):
@@ -309,9 +350,14 @@ def search_context(
     archive: ContextArchive | None = None,
     *,
     limit: int = SEARCH_HITS,
+    conversation: str | None = None,
+    run_context: Any = None,
 ) -> str:
     """Rank the tool results and left-out messages of the conversation against `query` (BM25); list
     the best `limit` as refs with a snippet, best first. Nothing found raises `ModelRetry`.
+
+    Only the conversation `log` belongs to is searched (`conversation` and `run_context` as for
+    `read_context`). The query is repeated back clipped.
 
     Example:
         ```python
@@ -329,7 +375,8 @@ def search_context(
     limit = max(1, min(limit, MAX_SEARCH_HITS))
     if not _search.query_terms(query):
         raise ModelRetry('the query has no words to search for.')
-    docs = _documents(unique_call_ids(log), archive)
+    log = unique_call_ids(log)
+    docs = _documents(log, _side(archive, log, run_context, conversation))
     hits: list[str] = []
     shown: set[tuple[str, str]] = set()
     for index, snippet in _search.rank([d.text for d in docs], query, limit * 3):
@@ -342,8 +389,10 @@ def search_context(
         if len(hits) == limit:
             break
     if not hits:
-        raise ModelRetry(f'nothing earlier in this conversation matches {query!r}; try other words.')
-    return f'{len(hits)} match{"es" if len(hits) != 1 else ""} for {query!r}, best first:\n' + '\n'.join(hits)
+        raise ModelRetry(f'nothing earlier in this conversation matches {_echo(query)}; try other words.')
+    return f'{len(hits)} match{"es" if len(hits) != 1 else ""} for {_echo(query)}, best first:\n' + '\n'.join(
+        hits
+    )
 
 
 # --- the tools and the instruction ------------------------------------------------------------------
@@ -428,7 +477,9 @@ def readback_toolset(
             offset: The first line to return (0-based); a page's header says where the next one starts.
             limit: How many lines to return.
         """
-        return await _answer(lambda: read_context(ref, ctx.messages, archive, offset=offset, limit=limit))
+        return await _answer(
+            lambda: read_context(ref, ctx.messages, archive, offset=offset, limit=limit, run_context=ctx)
+        )
 
     async def search_context_tool(ctx: RunContext[Any], query: str, limit: int = SEARCH_HITS) -> str:
         """Search the earlier tool outputs and left-out messages of this conversation; returns refs with snippets.
@@ -437,7 +488,9 @@ def readback_toolset(
             query: Words to look for (paths, names, error text).
             limit: How many matches to return, best first.
         """
-        return await _answer(lambda: search_context(query, ctx.messages, archive, limit=limit))
+        return await _answer(
+            lambda: search_context(query, ctx.messages, archive, limit=limit, run_context=ctx)
+        )
 
     def instruction(ctx: RunContext[Any]) -> str | None:
         return READBACK_INSTRUCTION if shows_markers(ctx.messages) else None

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
 
 from ._session_log import SessionLog, session_log
+from .archive import ContextArchive
 from .budget import ContextBudget
 from .commands import HistoryStats, history_stats
 from .errors import HistoryIntegrityError
@@ -134,6 +135,9 @@ class ContextSession:
         if base.readback and base.readback_store is None and isinstance(self.store, ArtifactStore):
             self._readback = StoreReadbackStore(self.store, self.session_id)
         self.profile: ContextProfile = self._own_profile(base)
+        # Every original this session keeps is this conversation's: named by the session id, never
+        # by what its messages hold (a converted chat that opens like another carries no id).
+        self.profile._archive = ContextArchive(self.profile.readback_store, conversation=self.session_id)
         """The session's own copy of the profile; its summarising steps cache through the store."""
         self._log: list[ModelMessage] = []
         self._lock = asyncio.Lock()

@@ -101,9 +101,9 @@ class ContextSettings(BaseSettings):
     """`PYDANTIC_AI_CONTEXT_SUMMARY_MODEL`: model name for summarising policies (e.g. `openai:gpt-4o-mini`)."""
     readback: bool | None = None
     """`PYDANTIC_AI_CONTEXT_READBACK`: contribute the `read_context` / `search_context` tools (`false` turns them off)."""
-    store_url: str | None = None
+    store_url: Annotated[str | None, Field(repr=False)] = None
     """`PYDANTIC_AI_CONTEXT_STORE_URL`: the store `open_store()` opens without a URL (`sqlite:///…`,
-    `postgresql://…`, `memory://`); not a profile setting."""
+    `postgresql://…`, `memory://`); not a profile setting, and never shown by `repr` (it may hold a password)."""
 
     @classmethod
     def load(cls, *, skip: Collection[str] = ()) -> ContextSettings:

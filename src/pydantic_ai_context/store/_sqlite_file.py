@@ -186,7 +186,8 @@ class SqliteFile:
                 )
             )
         if self.synchronous not in ('full', 'normal'):
-            raise StoreError(f"synchronous must be 'full' or 'normal', got {self.synchronous!r}")
+            # The value is not repeated: from a URL, it may be a misplaced secret.
+            raise StoreError("synchronous must be 'full' or 'normal'")
         if not (isinstance(self.timeout, int | float) and 0 <= self.timeout < math.inf):
             raise StoreError(f'timeout must be a number of seconds, 0 or more, got {self.timeout!r}')
         if not self._open_lazily:

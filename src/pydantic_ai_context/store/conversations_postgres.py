@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
 from pydantic_ai.conversation_store import (
     ConversationConflict,
@@ -26,6 +27,7 @@ from ..errors import StoreError
 from ._codec import check_id, decode_meta, encode_meta
 from ._conversations import MAX_HISTORY, Row, chain, decode_record, encode_entries, encode_record, tips
 from ._postgres_sql import COLLECT_ENTRIES, ENTRIES_LOCK, ENTRY_COLUMNS, MIGRATION_LOCK, POSTGRES_MIGRATIONS
+from ._redact import redact_url, scrub
 from .artifacts import Artifact, ArtifactStore, check_keys, check_values
 
 if TYPE_CHECKING:
@@ -49,16 +51,63 @@ def _import_driver() -> tuple[Any, Any]:
 
 def describe_url(url: str) -> str:
     """The database a URL names, without its password: what errors may show."""
-    psycopg, _ = _import_driver()
     try:
-        params = psycopg.conninfo.conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
+        return _describe(parse_url(url)[1])
+    except StoreError:
         return 'PostgreSQL (unparsable URL)'
-    where = params.get('host') or 'localhost'
+
+
+def _describe(params: Mapping[str, Any]) -> str:
+    where = str(params.get('host') or 'localhost')
     if params.get('port'):
         where += f':{params["port"]}'
     user = f'{params["user"]}@' if params.get('user') else ''
     return f'PostgreSQL {user}{where}/{params.get("dbname", "")}'
+
+
+_HOW: Final = (
+    "write postgresql://user:password@host:port/db (percent-encode '/', '?', '#', '@' and ':' in a "
+    'user or password: %2F, %3F, %23, %40, %3A) or libpq key=value pairs'
+)
+
+
+def parse_url(url: str) -> tuple[str, dict[str, Any]]:
+    """(the libpq connection string the pool gets, its parameters) for a PostgreSQL URL or conninfo
+    string, normalised (the scheme lower-case) and checked the way libpq reads it. `StoreError`
+    for one it cannot read, at once, naming it without its secrets (`_redact.redact_url`)."""
+    psycopg, _ = _import_driver()
+    if not isinstance(url, str):
+        raise StoreError(f'a PostgreSQL URL must be a str, got {type(url).__name__}')
+    text = url.strip()
+    scheme, sep, rest = text.partition('://')
+    if sep and scheme.isascii() and scheme.replace('+', '').isalnum():
+        if scheme.lower() not in ('postgresql', 'postgres'):
+            raise StoreError(f'{redact_url(url)!r} is not a PostgreSQL URL: {_HOW}')
+        userinfo = rest.rpartition('@')[0] if '@' in rest else ''
+        if any(c in userinfo for c in '/?#@'):  # libpq would read a password's tail as the host
+            raise StoreError(
+                f'PostgreSQL URL {redact_url(url)!r}: its user or password holds a character that ends '
+                f'that part of a URL; {_HOW}'
+            )
+        text = f'{scheme.lower()}://{rest}'
+    elif text and '=' not in text:
+        raise StoreError(f'unparsable PostgreSQL URL {redact_url(url)!r}: {_HOW}')
+    params: dict[str, Any] | None
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(text)
+    except psycopg.Error:  # its message quotes the string, password and all: raised outside the handler
+        params = None
+    if params is None:
+        raise StoreError(f'unparsable PostgreSQL URL {redact_url(url)!r}: {_HOW}')
+    for port in str(params.get('port') or '').split(','):
+        if port and not port.isdigit():
+            raise StoreError(f'PostgreSQL URL {redact_url(url)!r}: the port must be a number; {_HOW}')
+    return psycopg.conninfo.make_conninfo(**params), params
+
+
+# A server that answered and refused (a role or database that does not exist, a wrong password, no
+# pg_hba.conf entry) will refuse again: say so at once. These pass with time: wait for them.
+_TRANSIENT: Final = ('too many', 'starting up', 'shutting down', 'in recovery', 'not yet accepting')
 
 
 @dataclass(eq=False)
@@ -94,8 +143,9 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
         ```
     """
 
-    url: str
-    """A libpq connection URL or string (`postgresql://user:password@host:port/db?sslmode=require`)."""
+    url: str = field(repr=False)
+    """A libpq connection URL or string (`postgresql://user:password@host:port/db?sslmode=require`);
+    never shown: messages and `repr` name the database by `where`."""
     _: KW_ONLY
     min_size: int = 1
     """Connections the pool keeps open."""
@@ -111,9 +161,16 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
     _closed: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        _import_driver()
-        self.where: str = describe_url(self.url)
+        self._conninfo: str
+        self._conninfo, params = parse_url(self.url)
+        self.where: str = _describe(params)
         """The database, for messages: user, host, port and name, never the password."""
+
+    def __repr__(self) -> str:
+        return (
+            f'{type(self).__name__}(where={self.where!r}, min_size={self.min_size!r}, '
+            f'max_size={self.max_size!r}, timeout={self.timeout!r})'
+        )
 
     # --- connections ---
 
@@ -133,10 +190,34 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
                 self._pool = pool
         return self._pool
 
+    async def _first_connection(self) -> None:
+        """Connect once before the pool does: a server that refuses (a wrong role, database or
+        password) fails at once naming why, instead of the pool retrying until `timeout` and logging
+        each failure; a server that is not up yet is waited for until `timeout`."""
+        psycopg, _ = _import_driver()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        while True:
+            remaining = deadline - loop.time()
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self._conninfo, connect_timeout=max(2, math.ceil(remaining))
+                )
+            except psycopg.Error as e:
+                reason = scrub(str(e), self.url).strip() or type(e).__name__
+                refused = 'FATAL' in reason and not any(t in reason for t in _TRANSIENT)
+                if refused or 'invalid' in reason or deadline - loop.time() <= 0:
+                    raise StoreError(f'{self.where}: cannot connect: {reason}', path=self.where) from None
+                await asyncio.sleep(min(0.2, max(0.0, deadline - loop.time())))
+                continue
+            await conn.close()
+            return
+
     async def _open_pool(self) -> AsyncConnectionPool[Any]:
         psycopg, psycopg_pool = _import_driver()
+        await self._first_connection()
         pool: AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
-            self.url,
+            self._conninfo,
             min_size=self.min_size,
             max_size=self.max_size,
             timeout=self.timeout,
@@ -152,7 +233,8 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
         except BaseException as e:
             await pool.close()
             if isinstance(e, psycopg.Error | psycopg_pool.PoolTimeout):
-                raise StoreError(f'{self.where}: cannot connect: {e}', path=self.where) from e
+                reason = scrub(str(e), self.url)
+                raise StoreError(f'{self.where}: cannot connect: {reason}', path=self.where) from None
             raise
         return pool
 
@@ -194,10 +276,14 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
                 yield conn
         except psycopg_pool.PoolTimeout as e:
             raise StoreError(
-                f'{self.where}: {doing}: no connection within {self.timeout:g}s ({e})', path=self.where
-            ) from e
+                f'{self.where}: {doing}: no connection within {self.timeout:g}s ({scrub(str(e), self.url)})',
+                path=self.where,
+            ) from None
         except psycopg.Error as e:
-            raise StoreError(f'{self.where}: {doing} failed: {type(e).__name__}: {e}', path=self.where) from e
+            raise StoreError(
+                f'{self.where}: {doing} failed: {type(e).__name__}: {scrub(str(e), self.url)}',
+                path=self.where,
+            ) from e
 
     async def aclose(self) -> None:
         """Close the connection pool; later calls raise `StoreError`. Closing twice is harmless."""

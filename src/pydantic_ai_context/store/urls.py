@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import StoreError
 from ._compat import require_conversation_store
+from ._redact import redact_url
 
 if TYPE_CHECKING:
     from .conversations_memory import MemoryConversationStore
@@ -38,8 +38,10 @@ def open_store(
 
     Without `url`, `PYDANTIC_AI_CONTEXT_STORE_URL` is used, else `DEFAULT_STORE_URL`. Keyword
     `options` go to the store's constructor (e.g. `max_size=20` for PostgreSQL). Release the store
-    with `await store.aclose()` (or `async with open_store(...) as store:`). Raises `StoreError` for
-    a URL it does not understand, and `ImportError` on a pydantic-ai older than 2.66.
+    with `await store.aclose()` (or `async with open_store(...) as store:`). Raises `StoreError` at
+    once for a URL it does not understand (the way SQLite, or libpq for PostgreSQL, reads it), and
+    `ImportError` on a pydantic-ai older than 2.66. No message, `repr` or log line shows the URL's
+    password or other secrets (`store._redact.redact_url`).
 
     Example:
         ```python {requires="2.66"}
@@ -76,7 +78,7 @@ def open_store(
         from .conversations_memory import MemoryConversationStore
 
         if url.rstrip('/') != 'memory:' or options:
-            raise StoreError(f"a memory store takes no path or options: use 'memory://', got {url!r}")
+            raise StoreError("a memory store takes no user, host, path or options: use 'memory://'")
         return MemoryConversationStore()
     if scheme == 'sqlite':
         from .conversations_sqlite import SqliteConversationStore
@@ -87,35 +89,44 @@ def open_store(
         from .conversations_postgres import PostgresConversationStore
 
         return PostgresConversationStore(url, **options)
-    shown = re.sub(r'//[^/?#]*@', '//', url)  # never echo a password, but keep the scheme
     raise StoreError(
-        f"unknown store URL {shown!r}: use 'sqlite:///path.db', 'postgresql://user@host/db' or 'memory://'"
+        f"unknown store URL {redact_url(url)!r}: use 'sqlite:///path.db', 'postgresql://user@host/db' or 'memory://'"
     )
 
 
 def _sqlite_url(url: str) -> tuple[str, dict[str, Any]]:
-    parts = urllib.parse.urlsplit(url)
+    shown = redact_url(url)
+    parts: urllib.parse.SplitResult | None
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # raised below, outside the handler: no context quoting the URL
+        parts = None
+    if parts is None:
+        raise StoreError(
+            f'unparsable SQLite URL {shown!r}: write sqlite:///relative.db or sqlite:////abs/path.db'
+        )
     if parts.netloc:
         raise StoreError(
-            f'SQLite URL {url!r} names a host ({parts.netloc!r}); write sqlite:///relative.db or sqlite:////abs/path.db'
+            f'SQLite URL {shown!r} names a host; write sqlite:///relative.db or sqlite:////abs/path.db'
         )
     if parts.fragment or url.endswith('#'):
-        raise StoreError(f"SQLite URL {url!r} holds a '#': write it as %23 if it is part of the file name")
+        raise StoreError(f"SQLite URL {shown!r} holds a '#': write it as %23 if it is part of the file name")
     path = urllib.parse.unquote(parts.path)
     # sqlite:///x.db is relative (path '/x.db' after the empty host); sqlite:////x.db is absolute.
     path = path[1:] if path.startswith('/') else path
     # sqlite:///~/x.db is in the home directory, as a shell would read it (not a directory named '~').
     path = os.path.expanduser(path) if path.startswith('~') else path
     if not path or path == ':memory:':
-        raise StoreError(f"SQLite URL {url!r} names no file; for an in-memory store use 'memory://'")
+        raise StoreError(f"SQLite URL {shown!r} names no file; for an in-memory store use 'memory://'")
     options: dict[str, Any] = {}
     for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
+        # Neither an unknown name nor a bad value is repeated: either may be a misplaced secret.
         if name not in _SQLITE_OPTIONS:
-            raise StoreError(
-                f'SQLite URL {url!r}: unknown option {name!r} (known: {", ".join(_SQLITE_OPTIONS)})'
-            )
+            raise StoreError(f'SQLite URL {shown!r}: an unknown option (known: {", ".join(_SQLITE_OPTIONS)})')
         try:
             options[name] = _SQLITE_OPTIONS[name](value)
-        except ValueError as e:
-            raise StoreError(f'SQLite URL {url!r}: option {name}={value!r} is invalid: {e}') from e
+        except ValueError:  # raised below, outside the handler: its context would quote the value
+            options[name] = None
+        if options[name] is None:
+            raise StoreError(f'SQLite URL {shown!r}: the value of option {name} is invalid')
     return path, options

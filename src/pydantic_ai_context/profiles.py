@@ -40,6 +40,7 @@ from .errors import ContextBudgetExceeded, ContextSettingsError
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
 from .overhead import OverheadMemo, RequestOverhead, measure_overhead
 from .readback import readback_toolset, shows_markers, with_readback_instruction
+from .request_tokens import weigh_request
 from .settings import (
     check_keywords,
     default_profile_name,
@@ -361,9 +362,11 @@ class ContextProfile(AbstractCapability[Any]):
             # A "provider" that did not count the tools (a test model's estimate) anchors nothing.
             reading = measure_context(view, counter=counter, reserved_system=budget.reserved_system)
         explicit = self.reserved_system is not None
-        counted_instructions = overhead.counted_instructions_tokens
-        instructions = counted_instructions if explicit else overhead.instructions_tokens
-        tools = budget.reserved_system if explicit else overhead.tools_tokens
+        # The request as pydantic-ai sends it (replay, inspect and history_stats weigh it the same way).
+        weight = weigh_request(view, counter=counter, overhead=None if explicit else overhead)
+        counted_instructions = weight.counted_instructions_tokens
+        instructions = weight.instructions_tokens
+        tools = budget.reserved_system if explicit else weight.tools_tokens
         message_tokens = max(0, reading.tokens - counted_instructions)
         return ContextUsageEvent(
             message_tokens=message_tokens,

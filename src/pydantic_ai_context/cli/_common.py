@@ -108,7 +108,13 @@ def check_profile(name: str, *, allow_none: bool) -> None:
 
 
 def build(
-    name: str, *, window: int, counter: TokenCounter, on_event: Any = (), summary_model: str = 'extractive'
+    name: str,
+    *,
+    window: int,
+    counter: TokenCounter,
+    on_event: Any = (),
+    summary_model: str = 'extractive',
+    reserved_system: int | None = None,
 ) -> ContextProfile:
     summariser: Any
     if summary_model == 'extractive':
@@ -122,7 +128,14 @@ def build(
             summariser = infer_model(summary_model)
         except Exception as exc:
             raise UsageError(f'--summary-model {summary_model!r}: {exc}') from None
-    return profile(name, context_window=window, counter=counter, on_event=on_event, summary_model=summariser)
+    return profile(
+        name,
+        context_window=window,
+        counter=counter,
+        on_event=on_event,
+        summary_model=summariser,
+        reserved_system=reserved_system,
+    )
 
 
 @dataclass

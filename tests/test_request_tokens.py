@@ -75,7 +75,11 @@ def test_weigh_request_counts_the_instructions_once() -> None:
     log = ping_log()
     assert sum(1 for m in log if isinstance(m, ModelRequest) and m.instructions) == 11
     weight = weigh_request(log, counter=counter, per_message=True)
-    assert weight.counted_instructions_tokens == weight.instructions_tokens == counter.count_text(CAREFUL.strip())
+    assert (
+        weight.counted_instructions_tokens
+        == weight.instructions_tokens
+        == counter.count_text(CAREFUL.strip())
+    )
     assert weight.view_tokens == counter.count_messages(log)
     assert weight.per_message is not None
     assert sum(weight.per_message) == weight.message_tokens
@@ -130,7 +134,8 @@ def test_the_live_gauge_and_history_stats_weigh_the_request_as_replay_does() -> 
     )
     log = agent.run_sync('Read the modules.').all_messages()
     gauge = ctx.last_usage
-    assert gauge is not None and not gauge.compacted
+    assert gauge is not None
+    assert not gauge.compacted
     last_input = log[:-1]
     replayed = asyncio.run(
         replay(log, None, context_window=200_000, counter=counter, parameters=agent_parameters(agent))
@@ -161,9 +166,11 @@ def test_the_issue_reproducer_fits_an_8k_window(tmp_path: Path, capsys: pytest.C
     # Was 33,178 with 9 of 11 requests over: each stored request's instructions counted again.
     assert 3_000 < results['none']['peak_view_tokens'] < 3_400
     assert results['none']['requests_over_window'] == results['coding']['requests_over_window'] == 0
-    assert document['counted']['agent'] is None and document['counted']['overhead_tokens'] == 0
+    assert document['counted']['agent'] is None
+    assert document['counted']['overhead_tokens'] == 0
     printed = ' '.join(capsys.readouterr().out.split())
-    assert 'not tool definitions' in printed and '--agent MODULE:ATTR' in printed
+    assert 'not tool definitions' in printed
+    assert '--agent MODULE:ATTR' in printed
 
 
 AGENT_MODULE = """
@@ -192,8 +199,10 @@ def test_replay_agent_counts_its_tools_and_records_them(
     assert main([*common, '--agent', 'careful_agent:agent', '--json', str(out)]) == 0
     document = json.loads(out.read_text())
     counted = document['counted']['agent']
-    assert counted['agent'] == 'careful_agent:agent' and counted['tools'] == 1
-    assert counted['tools_tokens'] > TOOL_OVERHEAD_TOKENS and counted['instructions_tokens'] == 3_000
+    assert counted['agent'] == 'careful_agent:agent'
+    assert counted['tools'] == 1
+    assert counted['tools_tokens'] > TOOL_OVERHEAD_TOKENS
+    assert counted['instructions_tokens'] == 3_000
     before = json.loads(base.read_text())['histories'][0]['results'][0]['records']
     after = document['histories'][0]['results'][0]['records']
     # The log already carries the instructions: only the tool definition is added.
@@ -236,7 +245,8 @@ def test_inspect_counts_a_small_result_small_and_the_instructions_once(
     small = message_tokens(counter, pong)
     assert small < 20
     rows = [line for line in printed.splitlines() if 'tool-return:ping' in line]
-    assert rows and all(f' {small} ' in row and '3,0' not in row for row in rows)
+    assert rows
+    assert all(f' {small} ' in row and '3,0' not in row for row in rows)
     assert re.search(r'instructions .*3,000', printed)
 
 
@@ -261,11 +271,13 @@ def test_inspect_shows_a_drop_note_not_the_instructions(
     printed = capsys.readouterr().out
     section = printed[printed.index('What the model sees instead') : printed.index('What each policy did')]
     flat = ' '.join(section.split())
-    assert 'dropped' in flat and 'older steps of this conversation were removed' in flat
+    assert 'dropped' in flat
+    assert 'older steps of this conversation were removed' in flat
     assert 'Follow the rules' not in flat
 
 
 def test_the_chart_axis_rounds_to_the_next_round_step_not_double() -> None:
     assert charts.nice(266_000 * 1.05) == 300_000
     y_max, clipped = charts.y_scale({'none': [266_000], 'coding': [200_000]}, window=128_000)
-    assert y_max == 300_000 and not clipped
+    assert y_max == 300_000
+    assert not clipped

@@ -35,6 +35,7 @@ from pydantic_ai_context.request_tokens import weigh_request
 from pydantic_ai_context.tokens import default_counter, message_tokens
 
 from .realistic import INSTRUCTIONS, RequestMeter, make_tools, reading_script, strip_instructions
+from .realistic import SHORT_INSTRUCTIONS as SHORT
 
 CAREFUL = 'Be careful. ' * 1000
 """The issue's reproducer: about 3k tokens of instructions."""
@@ -281,3 +282,23 @@ def test_the_chart_axis_rounds_to_the_next_round_step_not_double() -> None:
     y_max, clipped = charts.y_scale({'none': [266_000], 'coding': [200_000]}, window=128_000)
     assert y_max == 300_000
     assert not clipped
+
+
+def test_the_gauge_view_tokens_hold_the_stored_instructions_and_used_tokens_what_is_sent() -> None:
+    """`view_tokens` != `message_tokens + instructions_tokens` once the read-back instruction is sent."""
+    counter = default_counter()
+    gauges: list[Any] = []
+    ctx = profile('coding', context_window=16_000, counter=counter, on_usage=gauges.append)
+    meter = RequestMeter(reading_script(12), counter=counter)
+    agent = Agent(FunctionModel(meter.__call__), instructions=SHORT, tools=make_tools(3), capabilities=[ctx])
+    agent.run_sync('Read the modules.')
+    stored = counter.count_text(SHORT)
+    assert gauges
+    for gauge in gauges:
+        assert gauge.used_tokens == gauge.message_tokens + gauge.instructions_tokens + gauge.tools_tokens
+        assert gauge.view_tokens == gauge.message_tokens + stored
+    final = ctx.last_usage
+    assert final is not None
+    assert final.compacted
+    # The read-back instruction travels with the request, not on the stored requests.
+    assert final.instructions_tokens > stored

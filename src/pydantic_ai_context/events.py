@@ -129,8 +129,15 @@ class ContextUsageEvent:
     """Tokens of the tool definitions (and output schema, native tools) the request sends; with an
     explicit `reserved_system`, that value."""
     view_tokens: int | None = None
-    """What the budget's `limit` applies to: the messages plus the instructions counted with them
-    (the newest request's). `None` in readings made without that split: then `message_tokens`."""
+    """What the budget's `limit` applies to: the messages plus the instructions stored on the newest
+    request (what `counter.count_messages(view)` counts). `None` in readings made without that split:
+    then `message_tokens`.
+
+    It differs from `message_tokens + instructions_tokens` when the request sends other instructions
+    than those stored: the read-back instruction a profile adds once markers exist, dynamic
+    instructions, prompted-output instructions. `instructions_tokens` counts what is sent; the
+    difference is held in the budget's reserve (`RequestOverhead.reserve`), so the limit is not
+    charged it twice. `used_tokens` is always `message_tokens + instructions_tokens + tools_tokens`."""
     used_tokens: int
     """Tokens the request holds: messages, instructions and tools."""
     window_tokens: int

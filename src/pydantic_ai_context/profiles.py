@@ -320,8 +320,7 @@ class ContextProfile(AbstractCapability[Any]):
                 view, messages, budget, counter, overhead=overhead, run_id=run_id, compile_id=compile_id
             )
             self._scope.seal(generation, view)
-        self.last_usage = usage
-        self.last_overhead = overhead
+        self._set_gauge(usage, overhead)
         self._last_sent = (run_id, view)
         await self._dispatch(usage)
         return view
@@ -419,10 +418,18 @@ class ContextProfile(AbstractCapability[Any]):
         if self._records_into is not None:
             self._records_into._record(event)
 
+    def _set_gauge(self, usage: ContextUsageEvent | None, overhead: RequestOverhead | None) -> None:
+        """Keep the latest gauge, here and on the profile this copy records into (a session's)."""
+        self.last_usage = usage
+        self.last_overhead = overhead
+        if self._records_into is not None:
+            self._records_into._set_gauge(usage, overhead)
+
     def recording_into(self, original: ContextProfile) -> ContextProfile:
-        """Also record this profile's compaction events in `original.events` (and number compiles
-        with its counter); returns `self`. A `ContextSession` compiles with a copy of the profile it
-        was given, so that `original.run_events()` still shows what happened in a run."""
+        """Also record this profile's compaction events in `original.events`, and its gauge in
+        `original.last_usage` and `original.last_overhead` (and number compiles with its counter);
+        returns `self`. A `ContextSession` compiles with a copy of the profile it was given, so that
+        `original.run_events()` and `original.last_usage` still show what happened in a run."""
         self._records_into = original
         self._compile_ids = original._compile_ids
         return self
@@ -550,15 +557,15 @@ class ContextProfile(AbstractCapability[Any]):
         overhead = measure_overhead(
             view, counter=self.counter_for(model), parameters=parameters, memo=self._overhead_memo
         )
-        self.last_overhead = overhead
         usage = self.last_usage
         if usage is not None and self.reserved_system is None:
-            self.last_usage = dataclasses.replace(
+            usage = dataclasses.replace(
                 usage,
                 instructions_tokens=overhead.instructions_tokens,
                 tools_tokens=overhead.tools_tokens,
                 used_tokens=usage.message_tokens + overhead.instructions_tokens + overhead.tools_tokens,
             )
+        self._set_gauge(usage, overhead)
 
     async def on_model_request_error(
         self,

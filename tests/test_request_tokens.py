@@ -302,3 +302,57 @@ def test_the_gauge_view_tokens_hold_the_stored_instructions_and_used_tokens_what
     assert final.compacted
     # The read-back instruction travels with the request, not on the stored requests.
     assert final.instructions_tokens > stored
+
+
+# --- tables that fit, and --format (issue 24) ------------------------------------------------------
+
+
+def long_log(tmp_path: Path) -> Path:
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        n = sum(isinstance(m, ModelResponse) for m in messages)
+        if n < 12:
+            call = ToolCallPart('read', {'path': f'src/m{n}.py'}, tool_call_id=f'c{n}')
+            return ModelResponse(parts=[TextPart(f'step {n}'), call])
+        return ModelResponse(parts=[TextPart('done')])
+
+    agent = Agent(FunctionModel(model), instructions='Follow the rules. ' * 20)
+
+    @agent.tool_plain
+    def read(path: str) -> str:
+        return '\n'.join(f'{path}:{i} line of code number {i} Error: x' for i in range(80))
+
+    return write_log(tmp_path / 'long.json', agent.run_sync('go').all_messages())
+
+
+@pytest.mark.parametrize('columns', [80, 100, 120])
+def test_tables_fit_the_terminal_and_never_cut_a_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], columns: int
+) -> None:
+    path = long_log(tmp_path)
+    monkeypatch.setenv('COLUMNS', str(columns))
+    argv = ['replay', str(path), '-p', 'coding', '-p', 'chat', '--window', '6000', '--no-progress']
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    rows = [line for line in printed.splitlines() if re.match(r'\W*(none|coding|chat)\b', line)]
+    assert len(rows) == 3
+    for row in rows:
+        assert '…' not in row
+        assert re.search(r'\d+\.\d+/\d+\.\d+\W*$', row), row  # the last column, whole
+    if columns >= 100:  # a rich table within the width; narrower gets aligned plain text
+        assert all(len(line) <= columns for line in printed.splitlines() if '│' in line or '┃' in line)
+
+
+def test_format_markdown_and_plain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = long_log(tmp_path)
+    base = ['replay', str(path), '-p', 'coding', '--window', '6000', '--no-progress']
+    assert main([*base, '--format', 'markdown']) == 0
+    markdown = capsys.readouterr().out
+    assert '| profile | input tokens | cost |' in markdown
+    assert '|---|---:|---:|' in markdown
+    assert re.search(r'^\| coding \| [\d,]+ \|', markdown, re.MULTILINE)
+    assert main([*base, '--format', 'plain']) == 0
+    plain = capsys.readouterr().out
+    assert not set('│┃━') & set(plain)
+    assert re.search(r'^coding +[\d,]+ +[\d,]+ +0\.\d{3}', plain, re.MULTILINE)
+    assert main(['inspect', str(path), '--window', '6000', '--format', 'markdown']) == 0
+    assert '| log # | role | kind | tokens |' in capsys.readouterr().out

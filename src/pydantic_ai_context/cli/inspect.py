@@ -28,6 +28,7 @@ from ._common import (
     build,
     check_profile,
     counter_for,
+    emit,
     load,
     resolve_window,
 )
@@ -102,12 +103,16 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     )
     view = asyncio.run(built.compile(log_input))
     rows = align(log_input, view)
-    out.print(inspect_table(f'{args.file}: {title}, profile {name}', rows, log_input, view, counter))
+    emit(
+        out,
+        inspect_table(f'{args.file}: {title}, profile {name}', rows, log_input, view, counter),
+        args.format,
+    )
     replaced = replacements_table(rows, view)
     if replaced is not None:
-        out.print(replaced)
+        emit(out, replaced, args.format)
     compactions = [e for e in events if isinstance(e, CompactionEvent)]
-    out.print(events_table(compactions))
+    emit(out, events_table(compactions), args.format)
     usage = next((e for e in events if isinstance(e, ContextUsageEvent)), None)
     if usage is not None:
         out.print(gauge(usage, window))

@@ -41,6 +41,7 @@ from ._common import (
     check_output,
     check_profile,
     counter_for,
+    emit,
     load,
     positive_int,
     resolve_window,
@@ -153,13 +154,13 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     )
     counted = counted_line(agent, extra)
     for history, per_profile in zip(histories, results, strict=True):
-        out.print(replay_table(history, per_profile, window=window))
+        emit(out, replay_table(history, per_profile, window=window), args.format)
         out.print(Text(counted, style='dim'))
         for line in failure_lines(per_profile):
             out.print(Text(line, style='red'))
     rows = summary_rows(results, labels)
     if len(histories) > 1:
-        out.print(summary_table(rows))
+        emit(out, summary_table(rows), args.format)
     if args.json is not None:
         document = replay_json(histories, results, labels, window=window, counter=counter)
         document['counted'] = {
@@ -310,12 +311,12 @@ def replay_table(history: History, results: dict[str, ReplayResult], *, window: 
         'facts kept',
         'needed kept',
         'summ. calls',
-        'compile ms (p50/p95)',
+        'compile ms',
     )
     for column in columns:
         table.add_column(column, justify='left' if column == 'profile' else 'right')
     for label, result in results.items():
-        timing = f'{result.compile_ms_median:.1f} / {result.compile_ms_p95:.1f}'
+        timing = f'{result.compile_ms_median:.1f}/{result.compile_ms_p95:.1f}'
         if failed(result):
             errors = Text(f'{result.errors} of {result.requests}', style='bold red')
             table.add_row(

@@ -363,3 +363,17 @@ def test_format_markdown_and_plain(tmp_path: Path, capsys: pytest.CaptureFixture
     assert re.search(r'^coding +[\d,]+ +[\d,]+ +0\.\d{3}', plain, re.MULTILINE)
     assert main(['inspect', str(path), '--window', '6000', '--format', 'markdown']) == 0
     assert '| log # | role | kind | tokens |' in capsys.readouterr().out
+
+
+def test_inspect_does_not_anchor_on_a_usage_that_left_out_the_instructions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The FunctionModel that recorded the log estimated usage without the instructions: the gauge
+    # once read "messages 0, instructions 3,000".
+    path = write_log(tmp_path / 'careful.json', ping_log())
+    assert main(['inspect', str(path), '--window', '8000']) == 0
+    gauge = ' '.join(capsys.readouterr().out.split()).rsplit('context ', 1)[-1]
+    messages = int(re.search(r'messages ([\d,]+),', gauge).group(1).replace(',', ''))  # type: ignore[union-attr]
+    assert messages > 100, gauge
+    assert 'instructions 3,000' in gauge
+    assert 'counted' in gauge

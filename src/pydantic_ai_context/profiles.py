@@ -357,12 +357,16 @@ class ContextProfile(AbstractCapability[Any]):
             )
         if reading is None or not reading.anchored:
             reading = measure_context(view, counter=counter, log=log, reserved_system=budget.reserved_system)
-        if reading.anchored and reading.provider_tokens < budget.reserved_system:
-            # A "provider" that did not count the tools (a test model's estimate) anchors nothing.
-            reading = measure_context(view, counter=counter, reserved_system=budget.reserved_system)
         explicit = self.reserved_system is not None
         # The request as pydantic-ai sends it (replay, inspect and history_stats weigh it the same way).
         weight = weigh_request(view, counter=counter, overhead=None if explicit else overhead)
+        if (
+            reading.anchored
+            and reading.provider_tokens < budget.reserved_system + weight.counted_instructions_tokens
+        ):
+            # A "provider" that did not count the tools or the instructions (a test model's estimate,
+            # a recorded log's usage) anchors nothing.
+            reading = measure_context(view, counter=counter, reserved_system=budget.reserved_system)
         counted_instructions = weight.counted_instructions_tokens
         instructions = weight.instructions_tokens
         tools = budget.reserved_system if explicit else weight.tools_tokens

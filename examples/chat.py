@@ -41,6 +41,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_context import ContextBudget, ContextProfile, MemoryStore, SessionStore, SqliteStore
 from pydantic_ai_context.commands import compact_result, history_stats, patch_dangling_tool_calls
+from pydantic_ai_context.overhead import RequestOverhead, agent_parameters, measure_overhead
 from pydantic_ai_context.policies.summarize import summarize_window
 from pydantic_ai_context.session import ContextSession
 
@@ -184,9 +185,19 @@ def resume(
     return resumed
 
 
+def agent_overhead(agent: Agent[None, str], profile: ContextProfile) -> RequestOverhead:
+    """What every request of `agent` sends besides its messages (tool definitions, instructions).
+
+    Measured once at start by preparing a request without calling the model: a resumed session
+    has made no request in this process yet, so the profile has measured nothing.
+    """
+    return measure_overhead([], counter=profile.counter_for(None), parameters=agent_parameters(agent))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     agent, model, ctx_profile = build_agent()
+    at_start = agent_overhead(agent, ctx_profile)
     budget = ContextBudget(context_window=CONTEXT_WINDOW)
     store = open_store(args)
     session = (
@@ -212,7 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print('history cleared', flush=True)
         elif command == '/history':
             # The agent's profile measured what its requests send besides messages (tool definitions).
-            stats = history_stats(session.messages(), budget=budget, overhead=ctx_profile.last_overhead)
+            # Before this process's first request (a resumed session), the overhead measured at start.
+            overhead = ctx_profile.last_overhead or at_start
+            stats = history_stats(session.messages(), budget=budget, overhead=overhead)
             print(stats, flush=True)
         elif command == '/sessions':
             print(list_sessions(store, session.session_id), flush=True)

@@ -68,7 +68,8 @@ def scripted_model(steps: int, views: list[list[ModelMessage]]) -> FunctionModel
 
 async def main(profile_name: str, steps: int, window: int) -> None:
     views: list[list[ModelMessage]] = []
-    ctx_profile = profile(profile_name, context_window=window)
+    # A handler makes the profile count each step's tokens, so the events can say what changed.
+    ctx_profile = profile(profile_name, context_window=window, on_compaction=lambda event: None)
     agent = Agent(scripted_model(steps, views), capabilities=[ctx_profile])
 
     @agent.tool_plain
@@ -115,9 +116,7 @@ async def main(profile_name: str, steps: int, window: int) -> None:
     if ctx_profile.events:
         console.print('last compaction events:')
         for event in list(ctx_profile.events)[-3:]:
-            console.print(
-                f'  {event.policy}: {event.reason} ({event.messages_before} -> {event.messages_after} messages)'
-            )
+            console.print(f'  {event.policy}: {event.reason} ({event.change})')
 
 
 def positive(text: str) -> int:

@@ -32,3 +32,10 @@ def postgres_url(postgres: PostgresServer) -> Iterator[str]:
     yield postgres.url(name)
     with psycopg.connect(postgres.url(), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest-xdist workers run with COLUMNS=80, which the command line honours for piped output:
+    every test sees the same 160 columns unless it sets COLUMNS itself."""
+    monkeypatch.delenv('COLUMNS', raising=False)

@@ -120,6 +120,9 @@ def test_sessions_survive_a_restart_and_resume_by_id(tmp_path: Path) -> None:
     # A new process resumes the log; the conversation goes on from it.
     second = chat('/history\nhello again\n/history\n', '--session', 'work', '--db', db)
     assert 'session work (6 messages)' in second
+    # Right after the resume, before any request of this process, the tools are counted too.
+    resumed_stats = second[second.index('6 messages, 2 user turns') :]
+    assert 'tools 0 tokens' not in resumed_stats.splitlines()[1], resumed_stats
     assert '8 messages, 3 user turns, 1 tool call,' in second
 
     third = chat(

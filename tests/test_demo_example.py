@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,13 @@ def test_the_demo_compacts_and_keeps_the_log_whole() -> None:
     assert 'log kept whole: 30 messages' in proc.stdout
     assert 'mask_observations' in proc.stdout
     assert 'answer: Fixed the rounding' in proc.stdout
+    # A step that changed content but not the count says so, with the tokens (not '30 -> 30 messages').
+    events = proc.stdout[proc.stdout.index('last compaction events:') :]
+    flat = ' '.join(events.split())
+    assert re.search(
+        r'mask_observations: .*\(\d+ messages \(content changed\), [\d,]+ -> [\d,]+ tokens\)', flat
+    )
+    assert not re.search(r'\((\d+) -> \1 messages', flat)
 
 
 @pytest.mark.parametrize(('option', 'value'), [('--steps', '-3'), ('--steps', '0'), ('--window', '0')])

@@ -563,3 +563,27 @@ async def test_bad_refs_never_end_a_run_however_often_the_model_asks() -> None:
     assert all('unknown ref' in part_text(f) for f in failures)
     if PYDANTIC_AI_MAJOR >= 2:
         assert all(is_failed_result(f) for f in failures)
+
+
+def test_a_repeated_call_id_is_read_back_by_the_views_name_and_by_the_stored_one() -> None:
+    """Ids that repeat across runs are renamed in the view (`c20-2`): markers name ids the stored log
+    lacks, and read_context accepts both (issue 24)."""
+    from pydantic_ai_context._parts import is_tool_result
+    from pydantic_ai_context.integrity import unique_call_ids
+
+    log = (
+        History()
+        .user('first')
+        .step(Tool('read', {'path': 'a.py'}, 'alpha contents', id='c20'))
+        .answer('ok')
+        .user('second')
+        .step(Tool('read', {'path': 'b.py'}, 'beta contents', id='c20'))
+        .answer('ok')
+        .user('third')
+        .messages
+    )
+    view_ids = [p.tool_call_id for m in unique_call_ids(log) for p in m.parts if is_tool_result(p)]
+    assert view_ids == ['c20', 'c20-2']
+    assert read_context('c20-2', log).endswith('beta contents')
+    assert read_context('c20', log).endswith('alpha contents')
+    assert '- c20-2 (read result)' in search_context('beta', log)

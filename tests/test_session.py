@@ -479,3 +479,16 @@ def test_docstring_example_runs(obj: Any) -> None:
     assert doc.split('\n')[0].endswith('.'), 'the docstring opens with one sentence'
     [block] = re.findall(r'```python\n(.*?)```', doc, flags=re.DOTALL)
     exec(compile(textwrap.dedent(block), f'<{obj.__qualname__} example>', 'exec'), {'__name__': 'example'})
+
+
+async def test_run_keeps_the_gauge_on_the_profile_the_user_passed() -> None:
+    # getting-started reads `ctx_profile.last_usage`; the session compiles with its own copy.
+    from pydantic_ai.models.test import TestModel
+
+    ctx_profile = profile('coding', context_window=32_000)
+    session = ContextSession(ctx_profile, store=MemoryStore())
+    await session.run(Agent(TestModel(call_tools=[])), 'hello')
+    assert session.profile is not ctx_profile
+    assert ctx_profile.last_usage is not None
+    assert ctx_profile.last_usage == session.profile.last_usage
+    assert ctx_profile.last_overhead == session.profile.last_overhead

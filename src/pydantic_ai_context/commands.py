@@ -55,7 +55,7 @@ from pydantic_ai.messages import (
 from . import _parts
 from .budget import ContextBudget
 from .integrity import check_messages, normalize, patch_dangling_tool_calls
-from .overhead import RequestOverhead, measure_overhead
+from .overhead import RequestOverhead
 from .policies.summarize import (
     ACK_TEXT,
     MARKER_KIND,
@@ -65,6 +65,7 @@ from .policies.summarize import (
     summary_prompt,
     summary_request_part,
 )
+from .request_tokens import weigh_request
 from .tokens import TokenCounter, default_counter
 
 __all__ = (
@@ -329,8 +330,9 @@ def history_stats(
             name = getattr(result, 'tool_name', None) or '?'
             tokens_by_tool[name] += counter.count_text(_parts.part_text(result))
             results_by_tool[name] += 1
-    tokens = counter.count_messages(messages)
-    instructions = measure_overhead(messages, counter=counter).counted_instructions_tokens
+    weight = weigh_request(messages, counter=counter, overhead=overhead)
+    tokens = weight.view_tokens
+    instructions = weight.counted_instructions_tokens
     largest = sorted(tokens_by_tool.items(), key=lambda item: (-item[1], item[0]))[:top]
     return HistoryStats(
         messages=len(messages),

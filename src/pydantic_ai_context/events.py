@@ -36,6 +36,7 @@ class CompactionEvent:
             messages_before=40, messages_after=40, tokens_before=52_000, tokens_after=9_800,
         )
         assert event.tokens_saved == 42_200
+        assert event.change == '40 messages (content changed), 52,000 -> 9,800 tokens'
         assert event.summary_calls == 0
         ```
     """
@@ -71,6 +72,22 @@ class CompactionEvent:
         if self.tokens_before is None or self.tokens_after is None:
             return None
         return self.tokens_before - self.tokens_after
+
+    @property
+    def change(self) -> str:
+        """What the step changed, in a few words: the message count when it changed, else that the
+        content changed; and the tokens when counted.
+
+        `'61 -> 52 messages, 48,210 -> 30,115 tokens'`, `'61 messages (content changed), 48,210 ->
+        9,870 tokens'`, or `'61 messages (content changed)'` without token counts.
+        """
+        if self.messages_before != self.messages_after:
+            text = f'{self.messages_before:,} -> {self.messages_after:,} messages'
+        else:
+            text = f'{self.messages_after:,} messages (content changed)'
+        if self.tokens_before is not None and self.tokens_after is not None:
+            text += f', {self.tokens_before:,} -> {self.tokens_after:,} tokens'
+        return text
 
     @property
     def summary_calls(self) -> int:
@@ -129,8 +146,15 @@ class ContextUsageEvent:
     """Tokens of the tool definitions (and output schema, native tools) the request sends; with an
     explicit `reserved_system`, that value."""
     view_tokens: int | None = None
-    """What the budget's `limit` applies to: the messages plus the instructions counted with them
-    (the newest request's). `None` in readings made without that split: then `message_tokens`."""
+    """What the budget's `limit` applies to: the messages plus the instructions stored on the newest
+    request (what `counter.count_messages(view)` counts). `None` in readings made without that split:
+    then `message_tokens`.
+
+    It differs from `message_tokens + instructions_tokens` when the request sends other instructions
+    than those stored: the read-back instruction a profile adds once markers exist, dynamic
+    instructions, prompted-output instructions. `instructions_tokens` counts what is sent; the
+    difference is held in the budget's reserve (`RequestOverhead.reserve`), so the limit is not
+    charged it twice. `used_tokens` is always `message_tokens + instructions_tokens + tools_tokens`."""
     used_tokens: int
     """Tokens the request holds: messages, instructions and tools."""
     window_tokens: int

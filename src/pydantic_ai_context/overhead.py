@@ -28,11 +28,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from pydantic_ai.messages import ModelMessage, ModelRequest
+from pydantic_ai.messages import ModelMessage
 
+from .request_tokens import newest_instructions
 from .tokens import TokenCounter
 
-__all__ = ('NATIVE_TOOL_TOKENS', 'TOOL_OVERHEAD_TOKENS', 'RequestOverhead', 'measure_overhead')
+__all__ = (
+    'NATIVE_TOOL_TOKENS',
+    'TOOL_OVERHEAD_TOKENS',
+    'RequestOverhead',
+    'agent_parameters',
+    'measure_overhead',
+)
 
 TOOL_OVERHEAD_TOKENS: Final = 8
 """Tokens added per tool definition for its framing in the provider's tool list."""
@@ -141,7 +148,8 @@ def measure_overhead(
     and the instructions are those of the newest request. With neither, only instructions.
     """
     memo = memo if memo is not None else OverheadMemo()
-    counted = _newest_instructions(messages)
+    newest = newest_instructions(messages)
+    counted = newest.instructions if newest is not None else None
     counted_tokens = memo.count(counter, counted or '')
     if parameters is not None:
         sent = _sent_instructions(parameters, counted)
@@ -160,13 +168,6 @@ def measure_overhead(
         tools=tools,
         source=source,
     )
-
-
-def _newest_instructions(messages: Sequence[ModelMessage]) -> str | None:
-    for message in reversed(messages):
-        if isinstance(message, ModelRequest) and message.instructions:
-            return message.instructions
-    return None
 
 
 def _sent_instructions(parameters: Any, fallback: str | None) -> str | None:
@@ -247,3 +248,75 @@ def _native_text(tool: Any) -> str:
         except (TypeError, RecursionError):
             pass
     return str(getattr(tool, 'kind', type(tool).__name__))
+
+
+@dataclass(frozen=True)
+class _InstructionText:
+    content: str
+
+
+@dataclass(frozen=True)
+class _ProbedParameters:
+    """What a first request of an agent carries, where pydantic-ai has no `ModelRequestParameters` to show."""
+
+    function_tools: list[Any]
+    output_tools: list[Any]
+    instruction_parts: list[_InstructionText]
+
+
+class _Captured(Exception):
+    def __init__(self, parameters: Any) -> None:
+        super().__init__('captured')
+        self.parameters = parameters
+
+
+def agent_parameters(agent: Any, *, prompt: str = 'probe') -> Any:
+    """What `agent`'s first model request sends besides its messages, as request parameters.
+
+    Runs `agent` once on `prompt` with a `FunctionModel` that records the request's
+    `ModelRequestParameters` (tool definitions, output tools and schema, native tools,
+    instruction parts) and stops the run before any tool executes: no model is called. Pass the
+    result to `measure_overhead(parameters=...)`, `ContextProfile.compile(parameters=...)` or
+    `replay(parameters=...)` to count a recorded log's requests with the agent's tools.
+    An agent whose tools or instructions need `deps` may fail here; the exception is raised.
+
+    Example:
+        ```python
+        from pydantic_ai import Agent
+
+        from pydantic_ai_context import HeuristicCounter, measure_overhead
+        from pydantic_ai_context.overhead import agent_parameters
+
+        agent = Agent('test', instructions='Be brief.')
+
+        @agent.tool_plain
+        def ping() -> str:
+            \"\"\"Check the service.\"\"\"
+            return 'pong'
+
+        parameters = agent_parameters(agent)
+        overhead = measure_overhead([], counter=HeuristicCounter(), parameters=parameters)
+        assert overhead.tools == 1 and overhead.instructions_tokens > 0
+        ```
+    """
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    def capture(messages: list[ModelMessage], info: AgentInfo) -> Any:
+        parameters = getattr(info, 'model_request_parameters', None)
+        if parameters is None or getattr(parameters, 'instruction_parts', None) is None:
+            instructions = getattr(info, 'instructions', None)
+            if instructions is None:
+                newest = newest_instructions(messages)
+                instructions = newest.instructions if newest is not None else None
+            parameters = _ProbedParameters(
+                function_tools=list(info.function_tools),
+                output_tools=list(info.output_tools),
+                instruction_parts=[_InstructionText(instructions)] if instructions else [],
+            )
+        raise _Captured(parameters)
+
+    try:
+        agent.run_sync(prompt, model=FunctionModel(capture))
+    except _Captured as captured:
+        return captured.parameters
+    raise RuntimeError('the agent finished without making a model request')  # pragma: no cover

@@ -41,6 +41,7 @@ from .errors import ContextBudgetExceeded, ContextSettingsError
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
 from .overhead import OverheadMemo, RequestOverhead, measure_overhead
 from .readback import readback_toolset, shows_markers, with_readback_instruction
+from .request_tokens import weigh_request
 from .settings import (
     check_keywords,
     default_profile_name,
@@ -333,8 +334,7 @@ class ContextProfile(AbstractCapability[Any]):
                 view, messages, budget, counter, overhead=overhead, run_id=run_id, compile_id=compile_id
             )
             self._scope.seal(generation, view)
-        self.last_usage = usage
-        self.last_overhead = overhead
+        self._set_gauge(usage, overhead)
         self._last_sent = (run_id, view)
         await self._dispatch(usage)
         return view
@@ -371,13 +371,19 @@ class ContextProfile(AbstractCapability[Any]):
             )
         if reading is None or not reading.anchored:
             reading = measure_context(view, counter=counter, log=log, reserved_system=budget.reserved_system)
-        if reading.anchored and reading.provider_tokens < budget.reserved_system:
-            # A "provider" that did not count the tools (a test model's estimate) anchors nothing.
-            reading = measure_context(view, counter=counter, reserved_system=budget.reserved_system)
         explicit = self.reserved_system is not None
-        counted_instructions = overhead.counted_instructions_tokens
-        instructions = counted_instructions if explicit else overhead.instructions_tokens
-        tools = budget.reserved_system if explicit else overhead.tools_tokens
+        # The request as pydantic-ai sends it (replay, inspect and history_stats weigh it the same way).
+        weight = weigh_request(view, counter=counter, overhead=None if explicit else overhead)
+        if (
+            reading.anchored
+            and reading.provider_tokens < budget.reserved_system + weight.counted_instructions_tokens
+        ):
+            # A "provider" that did not count the tools or the instructions (a test model's estimate,
+            # a recorded log's usage) anchors nothing.
+            reading = measure_context(view, counter=counter, reserved_system=budget.reserved_system)
+        counted_instructions = weight.counted_instructions_tokens
+        instructions = weight.instructions_tokens
+        tools = budget.reserved_system if explicit else weight.tools_tokens
         message_tokens = max(0, reading.tokens - counted_instructions)
         return ContextUsageEvent(
             message_tokens=message_tokens,
@@ -430,10 +436,18 @@ class ContextProfile(AbstractCapability[Any]):
         if self._records_into is not None:
             self._records_into._record(event)
 
+    def _set_gauge(self, usage: ContextUsageEvent | None, overhead: RequestOverhead | None) -> None:
+        """Keep the latest gauge, here and on the profile this copy records into (a session's)."""
+        self.last_usage = usage
+        self.last_overhead = overhead
+        if self._records_into is not None:
+            self._records_into._set_gauge(usage, overhead)
+
     def recording_into(self, original: ContextProfile) -> ContextProfile:
-        """Also record this profile's compaction events in `original.events` (and number compiles
-        with its counter); returns `self`. A `ContextSession` compiles with a copy of the profile it
-        was given, so that `original.run_events()` still shows what happened in a run."""
+        """Also record this profile's compaction events in `original.events`, and its gauge in
+        `original.last_usage` and `original.last_overhead` (and number compiles with its counter);
+        returns `self`. A `ContextSession` compiles with a copy of the profile it was given, so that
+        `original.run_events()` and `original.last_usage` still show what happened in a run."""
         self._records_into = original
         self._compile_ids = original._compile_ids
         return self
@@ -572,15 +586,15 @@ class ContextProfile(AbstractCapability[Any]):
         overhead = measure_overhead(
             view, counter=self.counter_for(model), parameters=parameters, memo=self._overhead_memo
         )
-        self.last_overhead = overhead
         usage = self.last_usage
         if usage is not None and self.reserved_system is None:
-            self.last_usage = dataclasses.replace(
+            usage = dataclasses.replace(
                 usage,
                 instructions_tokens=overhead.instructions_tokens,
                 tools_tokens=overhead.tools_tokens,
                 used_tokens=usage.message_tokens + overhead.instructions_tokens + overhead.tools_tokens,
             )
+        self._set_gauge(usage, overhead)
 
     async def on_model_request_error(
         self,

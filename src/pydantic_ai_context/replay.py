@@ -50,6 +50,8 @@ from pydantic_ai.usage import RequestUsage
 
 from . import _facts, _parts, _recall
 from .errors import ContextBudgetExceeded, ContextError
+from .overhead import measure_overhead
+from .request_tokens import RequestTokens, weigh_request
 from .tokens import TokenCounter
 
 __all__ = (
@@ -388,7 +390,8 @@ class RequestRecord:
     """Tokens of the uncompacted input."""
     view_messages: int
     view_tokens: int
-    """Tokens of the compiled view (what the provider bills as input)."""
+    """Tokens of the request (what the provider bills as input): the view's messages, the newest
+    request's instructions once, and any tools or overhead supplied to `replay`."""
     cached_tokens: int
     """Tokens of the longest run of leading view messages equal to the previous request's view (as
     sent: metadata, which providers never receive, is not compared)."""
@@ -428,6 +431,11 @@ class RequestRecord:
     """Of `recall_kept_tokens`, those sent uncached (the new calls and pages); the rest is cached."""
     needed_or_recoverable: float = 1.0
     """Share of the needed facts the view shows or read-back reaches (1.0 with none needed)."""
+    instructions_tokens: int = 0
+    """Of `view_tokens`, the instructions the request sends (counted once)."""
+    overhead_tokens: int = 0
+    """Of `view_tokens`, what the messages do not carry: tool definitions and instructions of the
+    agent given to `replay`, and its `overhead_tokens`."""
 
     @property
     def uncached_tokens(self) -> int:
@@ -639,6 +647,8 @@ async def replay(
     summary_output_price: float = 4.0,
     facts: FactIndex | None = None,
     label: str | None = None,
+    parameters: Any = None,
+    overhead_tokens: int = 0,
 ) -> ReplayResult:
     """Replay a recorded log through `profile` (`None`: no compaction) and measure every request.
 
@@ -655,6 +665,13 @@ async def replay(
     `ContextBudgetExceeded` is recorded (`RequestRecord.error`), not raised.
 
     A profile used here should be fresh (its summary cache and events belong to this replay).
+
+    Each request is weighed as pydantic-ai sends it (`request_tokens.weigh_request`): the messages,
+    the newest request's instructions once, and what a recorded log cannot show. `parameters`
+    (a `ModelRequestParameters`, e.g. from `agent_parameters`) adds the agent's tool definitions and
+    instructions, measured by `measure_overhead` as the live path does, and is passed to the
+    profile's `compile` so it reserves them; `overhead_tokens` adds a fixed number to every request
+    (the profile should reserve it: `reserved_system`).
 
     Example:
         ```python
@@ -685,7 +702,7 @@ async def replay(
     replayed: list[ModelMessage] = []
     records: list[RequestRecord] = []
     previous: Sequence[ModelMessage] = ()
-    previous_tokens: list[int] = []
+    previous_weight: RequestTokens | None = None
     last_event: object = events[-1] if events else None
     for i, message in enumerate(messages):
         if not isinstance(message, ModelResponse):
@@ -699,13 +716,18 @@ async def replay(
         else:
             started = time.perf_counter()
             try:
-                view = await profile.compile(log_input)
+                compiled = (
+                    profile.compile(log_input)
+                    if parameters is None
+                    else cast(Any, profile).compile(log_input, parameters=parameters)
+                )
+                view = await compiled
             except ContextBudgetExceeded as exc:
                 view, error = log_input, str(exc)
             compile_ms = (time.perf_counter() - started) * 1000
-        per_message = [counter.count_message(m) for m in view]
-        view_tokens = sum(per_message)
-        cached = _cached_prefix_tokens(view, per_message, previous)
+        weight = _weigh(view, counter, parameters, overhead_tokens, per_message=True)
+        view_tokens = weight.total_tokens
+        cached = _cached_prefix_tokens(view, weight, previous, previous_weight)
         output_tokens = counter.count_message(message)
         fact_share, needed_share = index.retention(i, view)
         present = index.present(view)
@@ -723,7 +745,9 @@ async def replay(
             RequestRecord(
                 index=i,
                 log_messages=len(log_input),
-                log_tokens=counter.count_messages(log_input),
+                log_tokens=_weigh(log_input, counter, parameters, overhead_tokens).total_tokens,
+                instructions_tokens=weight.instructions_tokens,
+                overhead_tokens=weight.overhead_tokens,
                 view_messages=len(view),
                 view_tokens=view_tokens,
                 cached_tokens=cached,
@@ -760,8 +784,7 @@ async def replay(
                 message, usage=RequestUsage(input_tokens=view_tokens, output_tokens=output_tokens)
             )
         )
-        previous, previous_tokens = view, per_message
-    del previous_tokens
+        previous, previous_weight = view, weight
     name = label or ('none' if profile is None else str(getattr(profile, 'name', type(profile).__name__)))
     return ReplayResult(
         profile=name,
@@ -774,11 +797,46 @@ async def replay(
     )
 
 
+def _weigh(
+    view: Sequence[ModelMessage],
+    counter: TokenCounter,
+    parameters: Any,
+    extra: int,
+    *,
+    per_message: bool = False,
+) -> RequestTokens:
+    overhead = (
+        measure_overhead(view, counter=counter, parameters=parameters) if parameters is not None else None
+    )
+    return weigh_request(
+        view, counter=counter, overhead=overhead, overhead_tokens=extra, per_message=per_message
+    )
+
+
 def _cached_prefix_tokens(
-    view: Sequence[ModelMessage], per_message: Sequence[int], previous: Sequence[ModelMessage]
+    view: Sequence[ModelMessage],
+    weight: RequestTokens,
+    previous: Sequence[ModelMessage],
+    previous_weight: RequestTokens | None,
 ) -> int:
-    cached = 0
-    for message, tokens, before in zip(view, per_message, previous, strict=False):
+    """The request's leading tokens a provider could serve from the previous request's cache.
+
+    Tools and instructions lead the request: unchanged, they are cached with the longest run of
+    leading messages equal to the previous view's; changed, nothing is."""
+    if previous_weight is None:
+        return 0
+    fixed = (weight.instructions, weight.instructions_tokens, weight.tools_tokens, weight.extra_tokens)
+    before_fixed = (
+        previous_weight.instructions,
+        previous_weight.instructions_tokens,
+        previous_weight.tools_tokens,
+        previous_weight.extra_tokens,
+    )
+    if fixed != before_fixed:
+        return 0
+    cached = weight.instructions_tokens + weight.tools_tokens + weight.extra_tokens
+    assert weight.per_message is not None
+    for message, tokens, before in zip(view, weight.per_message, previous, strict=False):
         if message is not before and _sent(message) != _sent(before):
             break
         cached += tokens

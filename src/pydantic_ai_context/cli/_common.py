@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,6 +12,8 @@ from typing import Any, Final
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from ..profiles import ContextProfile, available_profiles, profile
 from ..replay import HistoryLoadError, extractive_summary_model, load_histories
@@ -30,15 +33,103 @@ class UsageError(Exception):
     """A problem with the command line itself (exit code 2)."""
 
 
+FORMATS: Final = ('table', 'markdown', 'plain')
+"""`--format`: rich tables fitted to the terminal, Markdown tables, or aligned plain text."""
+PIPE_WIDTH: Final = 160
+"""Columns of output to a file or pipe when `COLUMNS` does not say: tables are not squeezed into 80."""
+_SHORT_CELL: Final = 16
+"""A column whose cells are all this short (numbers, names) never cuts them: its header wraps instead."""
+
+
 def console(stream: Any) -> Console:
     out = Console(file=stream, highlight=False)
     if not out.is_terminal:
-        # Output to a file or pipe: wide enough that tables are not squeezed into 80 columns.
-        out.width = 160
+        columns = os.environ.get('COLUMNS', '')
+        out.width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
     return out
 
 
+def fit(table: Table, out: Console) -> Table | None:
+    """Make `table` fit `out`'s width without cutting a number: every column of short cells is at
+    least as wide as its widest cell, so the headers and long texts wrap instead; when that is still
+    too wide, the cells lose their padding. `None` when even that cannot show every short cell whole."""
+    short: list[str] = []
+    for column in table.columns:
+        cells = [_plain(cell) for cell in column._cells]
+        widest = max((len(c) for c in cells), default=0)
+        if cells and widest <= _SHORT_CELL:
+            column.min_width = max(column.min_width or 0, widest)
+            short += [c for c in cells if c]
+    if _whole(table, out, short):
+        return table
+    table.padding = (0, 0)
+    return table if _whole(table, out, short) else None
+
+
+def _whole(table: Table, out: Console, cells: Sequence[str]) -> bool:
+    """Whether `table` rendered at `out`'s width shows every one of `cells` uncut."""
+    scratch = Console(file=io.StringIO(), width=out.width, color_system=None, highlight=False)
+    scratch.print(table)
+    rendered = scratch.file.getvalue()  # type: ignore[attr-defined]
+    # A table too wide for the console is cropped on the right: its top border loses its corner.
+    top = next((line for line in rendered.splitlines() if line.startswith('┏')), '')
+    return top.rstrip().endswith('┓') and all(cell in rendered for cell in cells)
+
+
+def emit(out: Console, renderable: Any, fmt: str = 'table') -> None:
+    """Print a table as a fitted rich table, a Markdown table or aligned plain text; anything else as is."""
+    if not isinstance(renderable, Table):
+        out.print(renderable)
+        return
+    if fmt == 'table':
+        fitted = fit(renderable, out)
+        if fitted is not None:
+            out.print(fitted)
+            return
+        fmt = 'plain'  # too many columns for this terminal: aligned text, every number whole
+    header = [_plain(c.header) for c in renderable.columns]
+    rows = [[_plain(c) for c in row] for row in zip(*(c._cells for c in renderable.columns), strict=True)]
+    title = _plain(renderable.title) if renderable.title is not None else ''
+    lines: list[str] = []
+    if fmt == 'markdown':
+        if title:
+            lines += [f'**{_md(title)}**', '']
+        right = [c.justify == 'right' for c in renderable.columns]
+        lines.append('| ' + ' | '.join(_md(h) for h in header) + ' |')
+        lines.append('|' + '|'.join('---:' if r else '---' for r in right) + '|')
+        lines += ['| ' + ' | '.join(_md(v) for v in row) + ' |' for row in rows]
+    else:
+        widths = [max([len(h), *(len(row[k]) for row in rows)]) for k, h in enumerate(header)]
+        right = [c.justify == 'right' for c in renderable.columns]
+
+        def line(values: Sequence[str]) -> str:
+            cells = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)]
+            return '  '.join(cells).rstrip()
+
+        if title:
+            lines.append(title)
+        lines += [line(header), line(['-' * w for w in widths]), *(line(row) for row in rows)]
+    out.print('\n'.join(lines), markup=False, highlight=False, soft_wrap=True)
+    out.print()
+
+
+def _plain(cell: Any) -> str:
+    if isinstance(cell, Text):
+        return cell.plain
+    return str(cell) if cell is not None else ''
+
+
+def _md(text: str) -> str:
+    return text.replace('|', '\\|').replace('\n', ' ')
+
+
 def add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        '--format',
+        choices=FORMATS,
+        default='table',
+        help='how tables print: table (default, fitted to the terminal), markdown, or plain text',
+    )
     parser.add_argument(
         '--window',
         '-w',
@@ -108,7 +199,13 @@ def check_profile(name: str, *, allow_none: bool) -> None:
 
 
 def build(
-    name: str, *, window: int, counter: TokenCounter, on_event: Any = (), summary_model: str = 'extractive'
+    name: str,
+    *,
+    window: int,
+    counter: TokenCounter,
+    on_event: Any = (),
+    summary_model: str = 'extractive',
+    reserved_system: int | None = None,
 ) -> ContextProfile:
     summariser: Any
     if summary_model == 'extractive':
@@ -122,7 +219,14 @@ def build(
             summariser = infer_model(summary_model)
         except Exception as exc:
             raise UsageError(f'--summary-model {summary_model!r}: {exc}') from None
-    return profile(name, context_window=window, counter=counter, on_event=on_event, summary_model=summariser)
+    return profile(
+        name,
+        context_window=window,
+        counter=counter,
+        on_event=on_event,
+        summary_model=summariser,
+        reserved_system=reserved_system,
+    )
 
 
 @dataclass

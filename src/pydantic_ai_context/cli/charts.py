@@ -221,13 +221,17 @@ def svg(
     return ''.join(parts)
 
 
+_STEPS: Final = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
+
+
 def nice(value: float) -> float:
-    """The smallest 1-2-5 x 10^k step multiple of 5 at or above `value`, for round axis ticks."""
+    """The smallest round step (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 x 10^k) times 5 at or above
+    `value`, for round axis ticks: a 279k top becomes 300k (ticks of 60k), never 500k."""
     if value <= 0:
         return 1.0
     step = value / 5
     magnitude = 10.0 ** math.floor(math.log10(step))
-    for factor in (1, 2, 2.5, 5, 10):
+    for factor in _STEPS:
         if step <= factor * magnitude:
             return 5 * factor * magnitude
     return 5 * 10 * magnitude  # pragma: no cover - the loop always returns

@@ -17,8 +17,9 @@ from rich.text import Text
 
 from .. import _parts
 from ..events import CompactionEvent, ContextEvent, ContextUsageEvent
+from ..request_tokens import weigh_request
 from ..settings import default_profile_name
-from ..tokens import TokenCounter
+from ..tokens import TokenCounter, message_tokens
 from ._common import (
     EXIT_OK,
     UsageError,
@@ -27,6 +28,7 @@ from ._common import (
     build,
     check_profile,
     counter_for,
+    emit,
     load,
     resolve_window,
 )
@@ -101,12 +103,16 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     )
     view = asyncio.run(built.compile(log_input))
     rows = align(log_input, view)
-    out.print(inspect_table(f'{args.file}: {title}, profile {name}', rows, log_input, view, counter))
+    emit(
+        out,
+        inspect_table(f'{args.file}: {title}, profile {name}', rows, log_input, view, counter),
+        args.format,
+    )
     replaced = replacements_table(rows, view)
     if replaced is not None:
-        out.print(replaced)
+        emit(out, replaced, args.format)
     compactions = [e for e in events if isinstance(e, CompactionEvent)]
-    out.print(events_table(compactions))
+    emit(out, events_table(compactions), args.format)
     usage = next((e for e in events if isinstance(e, ContextUsageEvent)), None)
     if usage is not None:
         out.print(gauge(usage, window))
@@ -206,13 +212,19 @@ def replacement_texts(message: ModelMessage) -> list[tuple[str, str]]:
         record = _parts.marker(part)
         if record and record.get('kind'):
             found.append((str(record['kind']), _parts.part_text(part)))
+    record = _parts.marker(message)
     kind = _marker_kind(message)
-    if kind is not None and not found:
-        # A marker on a whole response (clipped call arguments): the calls are what changed.
+    if record is not None and kind is not None and not found:
+        # A marker on a whole message: its note (a drop), or the calls of a response whose arguments
+        # were clipped; never the request's instructions, which are no replacement.
         calls = [_parts.part_text(p) for p in message.parts if _parts.is_tool_call(p)]
-        text = (
-            '\n'.join(calls) if isinstance(message, ModelResponse) and calls else _parts.message_text(message)
-        )
+        note = record.get('note')
+        if isinstance(note, str) and note:
+            text = note
+        elif isinstance(message, ModelResponse) and calls:
+            text = '\n'.join(calls)
+        else:
+            text = '\n'.join(t for t in (_parts.part_text(p) for p in message.parts) if t)
         found.append((kind, text))
     return found
 
@@ -258,11 +270,12 @@ def inspect_table(
     view: Sequence[ModelMessage],
     counter: TokenCounter,
 ) -> Table:
-    log_tokens = counter.count_messages(log)
-    view_tokens = counter.count_messages(view)
+    log_weight = weigh_request(log, counter=counter)
+    view_weight = weigh_request(view, counter=counter)
     table = Table(
-        title=f'{title}: log {len(log)} messages / {log_tokens:,} tokens -> '
-        f'view {len(view)} messages / {view_tokens:,} tokens',
+        title=f'{title}: log {len(log)} messages / {log_weight.view_tokens:,} tokens -> '
+        f'view {len(view)} messages / {view_weight.view_tokens:,} tokens '
+        f'(instructions {view_weight.counted_instructions_tokens:,} of them, counted once)',
         title_justify='left',
     )
     for column, justify in (
@@ -277,6 +290,19 @@ def inspect_table(
         ('what happened', 'left'),
     ):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    if log_weight.counted_instructions_tokens or view_weight.counted_instructions_tokens:
+        # pydantic-ai stores the instructions on every request but sends only the newest's, once.
+        table.add_row(
+            '',
+            'instructions',
+            "the newest request's",
+            f'{log_weight.counted_instructions_tokens:,}',
+            '',
+            'instructions',
+            "the newest request's",
+            f'{view_weight.counted_instructions_tokens:,}',
+            Text('sent once, before the messages', style='dim'),
+        )
     for row in rows:
         left = log[row.log_index] if row.log_index is not None else None
         right = view[row.view_index] if row.view_index is not None else None
@@ -288,11 +314,11 @@ def inspect_table(
             '' if row.log_index is None else str(row.log_index),
             _role(left) if left else '',
             _kind(left) if left else '',
-            f'{counter.count_message(left):,}' if left else '',
+            f'{message_tokens(counter, left):,}' if left else '',
             '' if row.view_index is None else str(row.view_index),
             _role(right) if right else '',
             _kind(right) if right else '',
-            f'{counter.count_message(right):,}' if right else '',
+            f'{message_tokens(counter, right):,}' if right else '',
             Text(what, style=_STATUS_STYLE.get(row.status, '')),
         )
     return table

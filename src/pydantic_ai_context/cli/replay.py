@@ -28,18 +28,22 @@ from ..profiles import ContextProfile, available_profiles
 from ..replay import FactIndex, ReplayResult, geometric_mean, replay
 from ..tokens import TokenCounter
 from . import charts
+from ._agent import AgentOverhead, agent_overhead
 from ._common import (
     EXIT_FAILURE,
     EXIT_OK,
     PROG,
     History,
+    UsageError,
     Window,
     add_common_options,
     build,
     check_output,
     check_profile,
     counter_for,
+    emit,
     load,
+    positive_int,
     resolve_window,
     write,
 )
@@ -75,6 +79,19 @@ def add_parser(commands: Any) -> None:
         '--plot', type=Path, metavar='OUT', help='write a chart of view tokens per request (.html, or .png)'
     )
     rep.add_argument('--no-progress', action='store_true', help='never show a progress bar')
+    rep.add_argument(
+        '--agent',
+        metavar='MODULE:ATTR',
+        help='the pydantic-ai Agent that made the runs (e.g. my_app.agents:agent): its tool definitions '
+        'and instructions are measured as the live path measures them and counted in every request',
+    )
+    rep.add_argument(
+        '--overhead-tokens',
+        type=positive_int,
+        metavar='N',
+        help='tokens every request sends besides its messages (tool definitions a log cannot show), '
+        'for runs without an importable agent',
+    )
     rep.set_defaults(handler=run)
 
 
@@ -91,9 +108,9 @@ class _Ticking:
         # `replay` reads summariser usage from the profile's events.
         return self.inner.events
 
-    async def compile(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+    async def compile(self, messages: Sequence[ModelMessage], parameters: Any = None) -> list[ModelMessage]:
         try:
-            return await self.inner.compile(messages)
+            return await self.inner.compile(messages, parameters=parameters)
         finally:
             self.tick()
 
@@ -109,8 +126,18 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         check_output(args.json, '--json')
     window = resolve_window(args)
     counter = counter_for(args)
+    if args.agent is not None and args.overhead_tokens is not None:
+        raise UsageError('--agent and --overhead-tokens: give one (the agent measures its own overhead)')
+    agent = agent_overhead(args.agent, counter) if args.agent is not None else None
+    extra = args.overhead_tokens or 0
     for name in labels[1:]:
-        build(name, window=window.tokens, counter=counter, summary_model=args.summary_model)
+        build(
+            name,
+            window=window.tokens,
+            counter=counter,
+            summary_model=args.summary_model,
+            reserved_system=extra or None,
+        )
     histories = load(args.files, need_responses=True)
     results = asyncio.run(
         _replay_all(
@@ -121,17 +148,28 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             err=err,
             progress=not args.no_progress,
             summary_model=args.summary_model,
+            parameters=agent.parameters if agent is not None else None,
+            overhead_tokens=extra,
         )
     )
+    counted = counted_line(agent, extra)
     for history, per_profile in zip(histories, results, strict=True):
-        out.print(replay_table(history, per_profile, window=window))
+        emit(out, replay_table(history, per_profile, window=window), args.format)
+        out.print(Text(counted, style='dim'))
         for line in failure_lines(per_profile):
             out.print(Text(line, style='red'))
     rows = summary_rows(results, labels)
     if len(histories) > 1:
-        out.print(summary_table(rows))
+        emit(out, summary_table(rows), args.format)
     if args.json is not None:
         document = replay_json(histories, results, labels, window=window, counter=counter)
+        document['counted'] = {
+            'messages': True,
+            'instructions': "once per request (the newest request's, as pydantic-ai sends them)",
+            'agent': agent.to_dict() if agent is not None else None,
+            'overhead_tokens': extra,
+            'description': counted,
+        }
         write(args.json, json.dumps(document, indent=2, allow_nan=False) + '\n')
         out.print(f'wrote {args.json}')
     if args.plot is not None:
@@ -163,6 +201,8 @@ async def _replay_all(
     err: Console,
     progress: bool,
     summary_model: str = 'extractive',
+    parameters: Any = None,
+    overhead_tokens: int = 0,
 ) -> list[dict[str, ReplayResult]]:
     total = sum(h.requests for h in histories) * len(labels)
     bar = Progress(
@@ -184,7 +224,13 @@ async def _replay_all(
                 bar.update(task, description=f'{history.file.name} · {label}')
                 compiler = None
                 if label != 'none':
-                    built = build(label, window=window, counter=counter, summary_model=summary_model)
+                    built = build(
+                        label,
+                        window=window,
+                        counter=counter,
+                        summary_model=summary_model,
+                        reserved_system=overhead_tokens or None,
+                    )
                     compiler = _Ticking(name=built.name, inner=built, tick=lambda: bar.advance(task))
                 per_profile[label] = await replay(
                     history.messages,
@@ -193,11 +239,26 @@ async def _replay_all(
                     counter=counter,
                     facts=facts,
                     label=label,
+                    parameters=parameters,
+                    overhead_tokens=overhead_tokens,
                 )
                 if compiler is None:
                     bar.advance(task, history.requests)
             out.append(per_profile)
     return out
+
+
+def counted_line(agent: AgentOverhead | None, overhead_tokens: int) -> str:
+    """What each request's tokens include, for under the table (and the JSON's `counted`)."""
+    head = "counted per request: the messages, the newest request's instructions once"
+    if agent is not None:
+        return (
+            f'{head}, and {agent.spec}: {agent.tools} tool definition(s), {agent.tools_tokens:,} tokens; '
+            f'its instructions {agent.instructions_tokens:,} tokens where the log carries none'
+        )
+    if overhead_tokens:
+        return f'{head}, and {overhead_tokens:,} tokens of overhead (--overhead-tokens)'
+    return f'{head}; not tool definitions (a log holds none: pass --agent MODULE:ATTR or --overhead-tokens N)'
 
 
 # --- numbers ----------------------------------------------------------------------------------
@@ -250,12 +311,12 @@ def replay_table(history: History, results: dict[str, ReplayResult], *, window: 
         'facts kept',
         'needed kept',
         'summ. calls',
-        'compile ms (p50/p95)',
+        'compile ms',
     )
     for column in columns:
         table.add_column(column, justify='left' if column == 'profile' else 'right')
     for label, result in results.items():
-        timing = f'{result.compile_ms_median:.1f} / {result.compile_ms_p95:.1f}'
+        timing = f'{result.compile_ms_median:.1f}/{result.compile_ms_p95:.1f}'
         if failed(result):
             errors = Text(f'{result.errors} of {result.requests}', style='bold red')
             table.add_row(

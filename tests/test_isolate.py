@@ -21,6 +21,8 @@ from pydantic_ai.messages import (
 )
 
 from pydantic_ai_context import HeuristicCounter, normalize, run_spans, validate_view
+from pydantic_ai_context._boundaries import starts_run
+from pydantic_ai_context._model_texts import ModelTexts
 from pydantic_ai_context._parts import marker
 from pydantic_ai_context.policies.isolate import IsolateBoundaries, isolate_boundaries
 from pydantic_ai_context.views import CompileContext
@@ -111,12 +113,32 @@ def test_mask_keeps_calls_and_replaces_successful_outputs() -> None:
     validate_view(view)
 
 
-def test_drop_leaves_prompt_and_answer() -> None:
+def test_drop_leaves_prompt_answer_and_the_notes() -> None:
     log, _, _ = two_runs()
     view = isolate(log, mode='drop')
-    assert view[:2] == [log[0], log[5]]
-    assert view[1] is log[5]
+    assert view[0] is log[0]
+    answer = view[1]
+    assert isinstance(answer, ModelResponse)
+    record, original = answer.parts
+    assert isinstance(record, TextPart) and original is log[5].parts[0]
+    # The calls and their outputs are gone; the assistant's own note stays, verbatim.
+    assert 'Running the tests.' in record.content
+    assert 'execute_bash' not in record.content and 'ValueError' not in record.content
     assert view[2:] == log[6:]
+
+
+def test_drop_without_notes_leaves_prompt_and_answer() -> None:
+    log = (
+        History()
+        .user('Why does saving fail?')
+        .step(Tool('execute_bash', {'command': 'ls'}, 'src/a.py'))
+        .answer('Because of a.py.')
+        .user('Fix it, please.')
+        .build()
+    )
+    view = isolate(log, mode='drop')
+    assert view == [log[0], log[3], log[4]]
+    assert view[1] is log[3]
 
 
 def test_keep_changes_nothing() -> None:
@@ -305,9 +327,11 @@ def test_trajectory_finished_then_followed_up(path: Path) -> None:
     view = isolate(log)
     assert_all(log, snapshot, view)
     spans = run_spans(log)
-    # Without run ids, a user prompt starts a run: mini-swe-agent's format-error feedback is a
-    # user prompt, so those files hold several runs. Each run keeps its prompt and its answer.
-    assert len(view) == 2 * (len(spans) - 1) + 1
+    # mini-swe-agent's format reminders are user prompts inside the task: each file is one run
+    # (then the follow-up), which keeps its prompt, its answer, and the steps holding a reminder.
+    assert len(spans) == 2
+    reminders = sum(1 for m in run[1:] if isinstance(m, ModelRequest) and starts_run(m))
+    assert len(view) == 3 + 2 * reminders
     assert view[-1] is log[-1]
     n_calls = sum(1 for m in log for p in m.parts if isinstance(p, ToolCallPart))
     records = ''.join(
@@ -316,9 +340,11 @@ def test_trajectory_finished_then_followed_up(path: Path) -> None:
         for p in m.parts
         if isinstance(p, TextPart) and p.content.startswith('[Record kept')
     )
-    assert records.count('\n- ') == n_calls
+    assert sum(1 for line in records.split('\n') if line.startswith('- ') and ' → ' in line) >= n_calls
+    # The agent's own notes are all still there, verbatim.
+    assert ModelTexts.build(log).kept(len(log), view) == 1.0
     counter = HeuristicCounter()
-    assert counter.count_messages(view) < counter.count_messages(log) / 3
+    assert counter.count_messages(view) < counter.count_messages(log) / 2
     assert isolate(view) == view
 
 

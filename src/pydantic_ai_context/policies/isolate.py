@@ -32,7 +32,7 @@ from pydantic_ai_context._markers import OriginalsSink
 from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import CompileContext, current_run, run_spans
 
-from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
+from ._base import LastCall, SyncPolicy, context_key, extend_or_resume
 from ._frontier import nominal_part_tokens
 from ._summary_block import ACK_KIND, KEPT_KIND
 from ._summary_block import MARKER_KIND as SUMMARY_KIND
@@ -167,7 +167,9 @@ class IsolateBoundaries(SyncPolicy):
             return list(messages)
         # Only finished runs change, so while the new messages start no run (and the log does not
         # cross the soft threshold) the output for a longer log is the previous output plus them.
-        return extend_or_compute(
+        # The full pass also says whether its output would change once the log crosses the soft
+        # threshold (finished runs decided without pressure); only then is the log counted.
+        return extend_or_resume(
             self,
             messages,
             context_key(context),
@@ -175,9 +177,7 @@ class IsolateBoundaries(SyncPolicy):
             lambda: self._apply(messages, context),
             accept=lambda last, tail: (
                 _continues_last_run(last.messages, tail)
-                and not (
-                    self._over_budget(messages, context) and not self._over_budget(last.messages, context)
-                )
+                and not (last.extra and self._over_budget(messages, context))
             ),
         )
 
@@ -186,13 +186,17 @@ class IsolateBoundaries(SyncPolicy):
         budget = context.budget
         return budget is None or context.counter.count_messages(messages) > budget.soft_limit
 
-    def _apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
+    def _apply(
+        self, messages: list[ModelMessage], context: CompileContext
+    ) -> tuple[list[ModelMessage], bool]:
+        """The view, and whether it was decided without pressure on finished runs (so crossing the
+        soft threshold would change it)."""
         current = current_run(messages, run_id=context.run_id)
         if current is None:
-            return list(messages)
+            return list(messages), False
         finished = [span for span in run_spans(messages) if span.start < current.start]
         if not finished:
-            return list(messages)
+            return list(messages), False
         pressed = self._over_budget(messages, context)
         # Runs the budget needs, or that ended long ago, become records; the others (recent, with
         # room to spare) only have their outputs masked, their calls and notes stay.
@@ -223,7 +227,7 @@ class IsolateBoundaries(SyncPolicy):
             n_runs += 1
             calls += collapsed.calls
         if n_runs == 0:
-            return list(messages)
+            return list(messages), not pressed
         out.extend(messages[position:])
         context.note(
             f'isolated {n_runs} finished run{"s" if n_runs != 1 else ""} '
@@ -232,7 +236,7 @@ class IsolateBoundaries(SyncPolicy):
             isolated_calls=calls,
             mode=self.mode,
         )
-        return out
+        return out, not pressed
 
     def _collapse(
         self,
@@ -462,9 +466,11 @@ def _record_text(trace: list[ModelMessage], ref: str, *, calls: bool, shorten: b
                 results.setdefault(result.tool_call_id, result)
     for message in trace:
         if isinstance(message, ModelResponse):
-            for part in message.parts:
-                if isinstance(part, TextPart) and part.content.strip():
-                    lines.append(_note(part.content, ref, shorten=shorten))
+            lines.extend(
+                _note(p.content, ref, shorten=shorten)
+                for p in message.parts
+                if isinstance(p, TextPart) and p.content.strip()
+            )
         if not calls:
             continue
         for call in _parts.tool_calls(message):

@@ -92,3 +92,19 @@ def test_prompt_text_joins_text_content_only() -> None:
     request = ModelRequest(parts=[UserPromptPart(['  look at this', 'and this  '])])
     assert prompt_text(request) == 'look at this\nand this'
     assert prompt_text(ModelResponse(parts=[TextPart('x')])) == ''
+
+
+def test_a_summary_this_package_wrote_always_starts_a_run() -> None:
+    from pydantic_ai_context._boundaries import SUMMARY_KIND
+    from pydantic_ai_context._parts import with_marker
+    from pydantic_ai_context.policies._summary_block import MARKER_KIND
+
+    assert SUMMARY_KIND == MARKER_KIND
+    log = History().user('Fix it.').step(Tool('ls', {}, 'a.py')).answer('Done.').build()
+    # Its text mentions tool calls (as summaries do), which in a user's reminder would continue the task.
+    summary = ModelRequest(
+        parts=[UserPromptPart('<summary>The agent made 3 tool calls.</summary>')],
+        metadata=with_marker(None, {'kind': SUMMARY_KIND}),
+    )
+    log.append(summary)
+    assert [(s.start, s.end) for s in run_spans(log)] == [(0, 4), (4, 5)]

@@ -243,9 +243,7 @@ async def test_side_store_serves_a_resumed_process_on_the_destructive_path() -> 
 def busy_log() -> list[ModelMessage]:
     """Two runs: a finished one (digested by isolate) and a long one with re-reads and big outputs."""
     h = History(stamp_runs=True).user('List the app files.', system='You are a coding agent.')
-    # Long enough that its record is smaller than it (a record no smaller than its trace is not made).
-    listing = 'src/app/views.py\nsrc/app/models.py\n' + long_text(20, prefix='src/app/other')
-    h.step(Tool('execute_bash', {'command': 'ls src/app'}, listing, id='ls1'))
+    h.step(Tool('execute_bash', {'command': 'ls src/app'}, 'src/app/views.py\nsrc/app/models.py', id='ls1'))
     h.answer('Two files: views.py and models.py.')
     h.user('Fix the failing test in src/app/models.py.')
     for i in range(24):

@@ -28,7 +28,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, User
 
 from . import _parts
 
-__all__ = ('REMINDER_MAX_CHARS', 'continues_task', 'prompt_text', 'run_starts', 'starts_run')
+__all__ = ('REMINDER_MAX_CHARS', 'continues_task', 'is_summary', 'prompt_text', 'run_starts', 'starts_run')
 
 REMINDER_MAX_CHARS: Final = 1_500
 """A format reminder longer than this is read as a new request."""
@@ -41,6 +41,15 @@ _FORMAT_WORDS: Final = re.compile(
 _NUDGE: Final = re.compile(
     r'(?:please[ ,]+)?(?:continue|go on|keep going|proceed|carry on)(?: please)?[.!]*', re.IGNORECASE
 )
+
+
+SUMMARY_KIND: Final = 'summary'
+"""The marker kind of a summary request (`policies.summarize`; named here, as views sit below policies)."""
+
+
+def is_summary(message: ModelMessage) -> bool:
+    """A summary this package wrote: no one's reply to the agent, so it starts a run whatever it says."""
+    return (_parts.marker(message) or {}).get('kind') == SUMMARY_KIND
 
 
 def starts_run(message: ModelMessage) -> bool:
@@ -86,8 +95,10 @@ def run_starts(messages: Sequence[ModelMessage]) -> list[int]:
                 starts.append(0)
             continue
         text = prompt_text(message)
+        made_here = is_summary(message)
         if i == 0 or (
-            not _parts.tool_results(message) and not continues_task(messages[i - 1], text, earlier)
+            not _parts.tool_results(message)
+            and (made_here or not continues_task(messages[i - 1], text, earlier))
         ):
             starts.append(i)
         if text:

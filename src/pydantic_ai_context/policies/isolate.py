@@ -26,7 +26,7 @@ from pydantic_ai.messages import (
 )
 
 from pydantic_ai_context import _markers, _parts
-from pydantic_ai_context._boundaries import continues_task, prompt_text, starts_run
+from pydantic_ai_context._boundaries import continues_task, is_summary, prompt_text, starts_run
 from pydantic_ai_context._facts import call_summary, digest
 from pydantic_ai_context._markers import OriginalsSink
 from pydantic_ai_context.tokens import TokenCounter
@@ -215,11 +215,7 @@ class IsolateBoundaries(SyncPolicy):
                 mode=self.mode if n in due else 'mask',
                 shorten=n < short,
             )
-            if collapsed is None or not _smaller(
-                collapsed.messages, messages[span.start : span.end], context
-            ):
-                # A record no smaller than the trace saves nothing; keeping it also keeps a view
-                # never larger than its log, so the budget decides the same on the view.
+            if collapsed is None:
                 continue
             out.extend(messages[position : span.start])
             out.extend(collapsed.messages)
@@ -257,7 +253,9 @@ class IsolateBoundaries(SyncPolicy):
             # of its own: what it kept stays, or a view of the view would differ from the view.
             return None
         assert isinstance(answer, ModelResponse)
-        if (_parts.marker(answer) or {}).get('kind') == MARKER_KIND:
+        if any(_isolated(m) for m in run):
+            # Already collapsed or masked here (a view of a view, or a log a 1.x run rewrote): what
+            # was decided stays, so compiling a view again changes nothing.
             return None
         trace = list(run[head_end + 1 : -1])
         if mode == 'digest' and _parts.message_pinned(answer):
@@ -337,17 +335,17 @@ def _continues_last_run(log: Sequence[ModelMessage], tail: Sequence[ModelMessage
             earlier = {t for m in log if (t := prompt_text(m))}
         previous = tail[j - 1] if j else log[-1]
         text = prompt_text(message)
-        if not continues_task(previous, text, earlier):
+        if is_summary(message) or not continues_task(previous, text, earlier):
             return False
         earlier.add(text)
     return True
 
 
-def _smaller(collapsed: Sequence[ModelMessage], run: Sequence[ModelMessage], context: CompileContext) -> bool:
-    """With a budget, whether a collapsed run is smaller than the run (without one, size decides nothing)."""
-    if context.budget is None:
+def _isolated(message: ModelMessage) -> bool:
+    """The message, or one of its parts, carries this policy's marker."""
+    if (_parts.marker(message) or {}).get('kind') == MARKER_KIND:
         return True
-    return context.counter.count_messages(collapsed) < context.counter.count_messages(run)
+    return any((_parts.marker(p) or {}).get('kind') == MARKER_KIND for p in message.parts)
 
 
 def _run_notes(run: Sequence[ModelMessage]) -> list[str]:

@@ -167,8 +167,8 @@ class IsolateBoundaries(SyncPolicy):
             return list(messages)
         # Only finished runs change, so while the new messages start no run (and the log does not
         # cross the soft threshold) the output for a longer log is the previous output plus them.
-        # The full pass also says whether its output would change once the log crosses the soft
-        # threshold (finished runs decided without pressure); only then is the log counted.
+        # The full pass says whether crossing the threshold would change its output (finished runs
+        # decided without pressure) and the log's tokens, which the tail then adds to.
         return extend_or_resume(
             self,
             messages,
@@ -176,28 +176,23 @@ class IsolateBoundaries(SyncPolicy):
             context,
             lambda: self._apply(messages, context),
             accept=lambda last, tail: (
-                _continues_last_run(last.messages, tail)
-                and not (last.extra and self._over_budget(messages, context))
+                _continues_last_run(last.messages, tail) and not _crosses(last.extra, tail, context)
             ),
         )
 
-    def _over_budget(self, messages: Sequence[ModelMessage], context: CompileContext) -> bool:
-        """Whether the budget needs the room: no budget known, or the log over its soft threshold."""
-        budget = context.budget
-        return budget is None or context.counter.count_messages(messages) > budget.soft_limit
-
     def _apply(
         self, messages: list[ModelMessage], context: CompileContext
-    ) -> tuple[list[ModelMessage], bool]:
-        """The view, and whether it was decided without pressure on finished runs (so crossing the
-        soft threshold would change it)."""
+    ) -> tuple[list[ModelMessage], _Pressure | None]:
+        """The view, and (when finished runs were decided without pressure, so crossing the soft
+        threshold would change it) the log's tokens."""
         current = current_run(messages, run_id=context.run_id)
         if current is None:
-            return list(messages), False
+            return list(messages), None
         finished = [span for span in run_spans(messages) if span.start < current.start]
         if not finished:
-            return list(messages), False
-        pressed = self._over_budget(messages, context)
+            return list(messages), None
+        tokens = _log_tokens(messages, context)
+        pressed = _over_budget(tokens, context)
         # Runs the budget needs, or that ended long ago, become records; the others (recent, with
         # room to spare) only have their outputs masked, their calls and notes stay.
         due = {n for n in range(len(finished)) if pressed or len(finished) - n > self.keep_runs}
@@ -223,7 +218,7 @@ class IsolateBoundaries(SyncPolicy):
             n_runs += 1
             calls += collapsed.calls
         if n_runs == 0:
-            return list(messages), not pressed
+            return list(messages), None if pressed else _Pressure(tokens)
         out.extend(messages[position:])
         context.note(
             f'isolated {n_runs} finished run{"s" if n_runs != 1 else ""} '
@@ -232,7 +227,7 @@ class IsolateBoundaries(SyncPolicy):
             isolated_calls=calls,
             mode=self.mode,
         )
-        return out, not pressed
+        return out, None if pressed else _Pressure(tokens)
 
     def _collapse(
         self,
@@ -291,6 +286,32 @@ class IsolateBoundaries(SyncPolicy):
             ),
         )
         return _Collapsed([*run[: head_end + 1], *body, new_answer], n_calls)
+
+
+@dataclass
+class _Pressure:
+    """The tokens of the log a view was decided on, without pressure: the tail adds to them."""
+
+    tokens: int
+
+
+def _log_tokens(messages: Sequence[ModelMessage], context: CompileContext) -> int:
+    # Message by message (memoised), so that the tokens of a longer log are these plus the tail's.
+    return sum(context.counter.count_message(m) for m in messages)
+
+
+def _over_budget(tokens: int, context: CompileContext) -> bool:
+    """Whether the budget needs the room: no budget known, or the log over its soft threshold."""
+    return context.budget is None or tokens > context.budget.soft_limit
+
+
+def _crosses(pressure: Any, tail: Sequence[ModelMessage], context: CompileContext) -> bool:
+    """Whether the tail takes a log decided without pressure over the soft threshold (it adds the
+    tail's tokens to the record, which the extended call keeps)."""
+    if not isinstance(pressure, _Pressure):
+        return False
+    pressure.tokens += _log_tokens(tail, context)
+    return _over_budget(pressure.tokens, context)
 
 
 @dataclass

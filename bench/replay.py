@@ -23,7 +23,9 @@ compacted history from one request to the next, as a real run would.
 
 Numbers per file and window: input tokens, cache-weighted cost (uncached x1.0, cached x0.1,
 summariser input x1.0 and output x4.0), its ratio to `none`, the cached share of input tokens,
-peak view tokens, requests over the window, fact retention, needed-fact retention, summariser
+peak view tokens, requests over the window, fact retention, needed-fact retention, model texts kept
+(the share of the agent's own earlier texts, response `TextPart`s of 40+ characters, that the view
+shows verbatim: see `pydantic_ai_context._model_texts`), summariser
 calls, the requests whose view had steps dropped by `fit_to_budget` and those whose view held a
 summary, median compile ms, the recall-charged cost (one read-back round trip per request whose
 recorded response uses a fact the view lacks: see `pydantic_ai_context._recall`) and the share of
@@ -241,6 +243,7 @@ def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
         'over',
         'facts',
         'needed',
+        'texts',
         'recall',
         'n|r',
         'sum calls',
@@ -260,6 +263,7 @@ def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
             f'{result.requests_over_window}' + (f' ({result.errors} err)' if result.errors else ''),
             _pct(result.fact_retention),
             _pct(result.needed_fact_retention),
+            _pct(result.model_texts_kept),
             f'{result.recall_charged_cost / base.cost:.3f}',
             _pct(result.needed_or_recoverable),
             f'{result.summary_calls}',
@@ -299,6 +303,8 @@ def summary_rows(all_results: dict[str, dict[int, dict[str, ReplayResult]]]) -> 
                     'fact_retention': statistics.fmean(res.fact_retention for res, _ in pairs),
                     'needed_fact_retention': statistics.fmean(res.needed_fact_retention for res, _ in pairs),
                     'min_needed_fact_retention': min(res.needed_fact_retention for res, _ in pairs),
+                    'model_texts_kept': statistics.fmean(res.model_texts_kept for res, _ in pairs),
+                    'min_model_texts_kept': min(res.model_texts_kept for res, _ in pairs),
                     'recall_ratio': geometric_mean(
                         res.recall_charged_cost / base.cost for res, base in pairs
                     ),
@@ -329,6 +335,7 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
         'over',
         'facts',
         'needed',
+        'texts (min)',
         'sum calls',
         'dropped',
         'summarised',
@@ -349,6 +356,7 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
             str(row['requests_over_window']) + (f' ({row["errors"]} err)' if row['errors'] else ''),
             _pct(row['fact_retention']),
             _pct(row['needed_fact_retention']),
+            f'{_pct(row["model_texts_kept"])} ({_pct(row["min_model_texts_kept"])})',
             str(row['summary_calls']),
             f'{row["dropping_compiles"]}/{row["requests"]}',
             f'{row["summarised_compiles"]}/{row["requests"]}',

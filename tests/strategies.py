@@ -73,6 +73,13 @@ def _retry_part(name: str, call_id: str, content: str) -> Any:
         return RetryPromptPart(content, tool_name=name, tool_call_id=call_id)
 
 
+REMINDERS = (
+    'Please always provide EXACTLY ONE action in triple backticks, found 2 actions.',
+    'Your last response had no tool call; please format it as one.',
+    'continue',
+)
+
+
 @st.composite
 def histories(
     draw: st.DrawFn, *, max_runs: int = 3, max_steps: int = 6, in_progress: bool | None = None
@@ -116,6 +123,13 @@ def histories(
                         ToolReturnPart(call.tool_name, draw(tool_output()), tool_call_id=call.tool_call_id)
                     )
             messages.append(ModelRequest(parts=results, **rid))
+            if draw(st.integers(0, 7)) == 0:
+                # A user-role message inside the task (mini-swe-agent's format reminder, a nudge):
+                # it answers a malformed text-only response and does not end the run.
+                messages.append(
+                    ModelResponse(parts=[TextPart('Two actions: ```bash\nls\n``` ```bash\npwd\n```')], **rid)
+                )
+                messages.append(ModelRequest(parts=[UserPromptPart(draw(st.sampled_from(REMINDERS)))], **rid))
         if run == n_runs - 1 and last_in_progress and isinstance(messages[-1], ModelRequest):
             break
         messages.append(ModelResponse(parts=[TextPart(f'answer {run}: ' + draw(texts))], **rid))

@@ -19,7 +19,9 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    TextPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 
 from pydantic_ai_context import ContextProfile, _parts, profiles
@@ -483,13 +485,26 @@ def test_inspect_defaults_to_coding_and_labels_the_default_window(
     assert 'window: 64,000 (from PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW)' in printed
 
 
-def test_inspect_shows_the_text_that_replaced_compacted_content(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(['inspect', str(REAL), '--window', '32000']) == 0
-    printed = capsys.readouterr().out
-    section = printed[printed.index('What the model sees instead') : printed.index('What each policy did')]
+def test_inspect_shows_the_text_that_replaced_compacted_content(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    def replaced(path: Path) -> str:
+        assert main(['inspect', str(path), '--window', '32000']) == 0
+        printed = capsys.readouterr().out
+        return printed[printed.index('What the model sees instead') : printed.index('What each policy did')]
+
+    section = replaced(REAL)
     assert '[output masked] error, exit 1' in section  # a masked result's digest, facts included
     assert "AttributeError: 'MockConnection' object has no attribute" in section
-    assert 'more characters)' in section  # a long run digest is cut, with the rest counted
+    # The recorded run finished and a new one started: its long record is cut, the rest counted.
+    log = [
+        *ModelMessagesTypeAdapter.validate_json(REAL.read_bytes()),
+        ModelResponse(parts=[TextPart('Done.')]),
+        ModelRequest(parts=[UserPromptPart('Thanks! Next?')]),
+    ]
+    followed = tmp_path / 'followed.json'
+    followed.write_bytes(ModelMessagesTypeAdapter.dump_json(log))
+    assert 'more characters)' in replaced(followed)
 
 
 # --- the chart ------------------------------------------------------------------------------------

@@ -3,11 +3,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -19,9 +23,13 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from pydantic_ai_context import HeuristicCounter, normalize, run_spans, validate_view
-from pydantic_ai_context._parts import marker
+from pydantic_ai_context import ContextBudget, HeuristicCounter, normalize, profile, run_spans, validate_view
+from pydantic_ai_context._boundaries import starts_run
+from pydantic_ai_context._model_texts import ModelTexts
+from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, marker
+from pydantic_ai_context._scope import MemoScope, compiling
 from pydantic_ai_context.policies.isolate import IsolateBoundaries, isolate_boundaries
 from pydantic_ai_context.views import CompileContext
 
@@ -29,6 +37,7 @@ from . import data
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import any_histories
+from .test_boundaries import mini_swe_agent_run
 
 PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TRAJECTORIES = list(data.TRAJECTORIES)
@@ -111,12 +120,34 @@ def test_mask_keeps_calls_and_replaces_successful_outputs() -> None:
     validate_view(view)
 
 
-def test_drop_leaves_prompt_and_answer() -> None:
+def test_drop_leaves_prompt_answer_and_the_notes() -> None:
     log, _, _ = two_runs()
     view = isolate(log, mode='drop')
-    assert view[:2] == [log[0], log[5]]
-    assert view[1] is log[5]
+    assert view[0] is log[0]
+    answer = view[1]
+    assert isinstance(answer, ModelResponse)
+    record, original = answer.parts
+    assert isinstance(record, TextPart)
+    assert original is log[5].parts[0]
+    # The calls and their outputs are gone; the assistant's own note stays, verbatim.
+    assert 'Running the tests.' in record.content
+    assert 'execute_bash' not in record.content
+    assert 'ValueError' not in record.content
     assert view[2:] == log[6:]
+
+
+def test_drop_without_notes_leaves_prompt_and_answer() -> None:
+    log = (
+        History()
+        .user('Why does saving fail?')
+        .step(Tool('execute_bash', {'command': 'ls'}, 'src/a.py'))
+        .answer('Because of a.py.')
+        .user('Fix it, please.')
+        .build()
+    )
+    view = isolate(log, mode='drop')
+    assert view == [log[0], log[3], log[4]]
+    assert view[1] is log[3]
 
 
 def test_keep_changes_nothing() -> None:
@@ -288,6 +319,28 @@ def test_invariants_idempotence_and_determinism(log: list[ModelMessage], mode: s
     assert isolate(snapshot, mode=mode) == isolate(log, mode=mode)
 
 
+@PROPS
+@given(
+    log=any_histories,
+    mode=st.sampled_from(MODES),
+    window=st.sampled_from([600, 1_500, 4_000, 128_000]),
+    keep_runs=st.integers(0, 2),
+)
+def test_invariants_idempotence_and_determinism_with_a_budget(
+    log: list[ModelMessage], mode: str, window: int, keep_runs: int
+) -> None:
+    def run(messages: list[ModelMessage]) -> list[ModelMessage]:
+        policy = isolate_boundaries(mode=mode, keep_runs=keep_runs)
+        return policy.apply(list(messages), budget_context(window))
+
+    snapshot = copy.deepcopy(log)
+    view = normalize(run(log))
+    assert_all(log, snapshot, view)
+    compiled = normalize(run(normalize(log)))
+    assert normalize(run(compiled)) == compiled
+    assert run(snapshot) == run(log)
+
+
 def load(path: Path) -> list[ModelMessage]:
     return ModelMessagesTypeAdapter.validate_json(path.read_bytes())
 
@@ -305,9 +358,11 @@ def test_trajectory_finished_then_followed_up(path: Path) -> None:
     view = isolate(log)
     assert_all(log, snapshot, view)
     spans = run_spans(log)
-    # Without run ids, a user prompt starts a run: mini-swe-agent's format-error feedback is a
-    # user prompt, so those files hold several runs. Each run keeps its prompt and its answer.
-    assert len(view) == 2 * (len(spans) - 1) + 1
+    # mini-swe-agent's format reminders are user prompts inside the task: each file is one run
+    # (then the follow-up), which keeps its prompt, its answer, and the steps holding a reminder.
+    assert len(spans) == 2
+    reminders = sum(1 for m in run[1:] if isinstance(m, ModelRequest) and starts_run(m))
+    assert len(view) == 3 + 2 * reminders
     assert view[-1] is log[-1]
     n_calls = sum(1 for m in log for p in m.parts if isinstance(p, ToolCallPart))
     records = ''.join(
@@ -316,9 +371,11 @@ def test_trajectory_finished_then_followed_up(path: Path) -> None:
         for p in m.parts
         if isinstance(p, TextPart) and p.content.startswith('[Record kept')
     )
-    assert records.count('\n- ') == n_calls
+    assert sum(1 for line in records.split('\n') if line.startswith('- ') and ' → ' in line) >= n_calls
+    # The agent's own notes are all still there, verbatim.
+    assert ModelTexts.build(log).kept(len(log), view) == 1.0
     counter = HeuristicCounter()
-    assert counter.count_messages(view) < counter.count_messages(log) / 3
+    assert counter.count_messages(view) < counter.count_messages(log) / 2
     assert isolate(view) == view
 
 
@@ -331,3 +388,187 @@ def test_trajectory_current_run_untouched(path: Path) -> None:
     assert all(a is b for a, b in zip(tail, log[current.start :], strict=True))
     if len(run_spans(log)) == 1:
         assert view == log
+
+
+# --- where runs end, and what a collapsed run keeps of the model's words ---------------------
+
+NOTE = 'THOUGHT: the failure comes from the save hook; I will read models.py next and then test it.'
+
+
+def budget_context(window: int, run_id: str | None = None, originals: Any = None) -> CompileContext:
+    return CompileContext(
+        counter=HeuristicCounter(),
+        budget=ContextBudget(context_window=window, reserved_output=256),
+        run_id=run_id,
+        originals=originals,
+    )
+
+
+def chat(n_runs: int, *, stamp: bool = False, output_lines: int = 20, note: str = NOTE) -> list[ModelMessage]:
+    """`n_runs` finished runs (a noted tool step and an answer each), then a new prompt."""
+    h = History(stamp_runs=stamp)
+    for run in range(n_runs):
+        h.user(f'Question {run}?', system='You are a coding agent.' if run == 0 else None)
+        h.step(
+            Tool('execute_bash', {'command': f'cat f{run}.py'}, long_text(output_lines)),
+            text=f'{note} ({run})',
+        )
+        h.answer(f'Answer {run}.')
+    return h.user('And now?').build()
+
+
+def records(view: list[ModelMessage]) -> list[str]:
+    return [
+        p.content
+        for m in view
+        if isinstance(m, ModelResponse)
+        for p in m.parts
+        if isinstance(p, TextPart) and p.content.startswith('[Record kept')
+    ]
+
+
+def test_with_run_ids_a_prompt_inside_the_run_is_no_boundary() -> None:
+    log = two_runs(stamp=True)[0][:6]  # run-1 only: prompt, two steps, answer
+    reminder = ModelRequest(parts=[UserPromptPart('Summarise what you found so far.')], run_id='run-1')
+    log = [*log[:3], ModelResponse(parts=[TextPart(NOTE)], run_id='run-1'), reminder, *log[3:]]
+    # A prompt that reads like a new request, but inside run-1: the run is current, untouched.
+    view = isolate(log, run_id='run-1')
+    assert all(a is b for a, b in zip(view, log, strict=True))
+    # Once run-2 starts, run-1 is finished: its trace collapses, the prompt's step stays whole.
+    log += History(stamp_runs=True, _run=1).user('Next task.').build()
+    view = isolate(log, run_id='run-2')
+    assert len(view) < len(log)
+    assert reminder in view
+    assert NOTE in '\n'.join(p.content for m in view for p in m.parts if isinstance(p, TextPart))
+
+
+def test_a_mini_swe_agent_run_with_reminders_is_one_run_and_untouched() -> None:
+    log = mini_swe_agent_run()
+    for context_ in (context(), budget_context(16_000)):
+        view = isolate_boundaries().apply(list(log), context_)
+        assert all(a is b for a, b in zip(view, log, strict=True))
+        assert ModelTexts.build(log).kept(len(log), view) == 1.0
+
+
+def test_a_collapsed_run_keeps_every_note_verbatim() -> None:
+    log = chat(3)
+    view = isolate_boundaries().apply(list(log), budget_context(128_000))
+    assert len(records(view)) == 3
+    assert all(f'{NOTE} ({run})' in records(view)[run] for run in range(3))
+    assert all('line 5: ' not in r for r in records(view))  # the outputs are gone
+
+
+def test_keep_runs_masks_the_most_recent_finished_runs_while_there_is_room() -> None:
+    log = chat(3)
+    view = isolate_boundaries(keep_runs=1).apply(list(log), budget_context(128_000))
+    assert len(records(view)) == 2  # the two older runs are records
+    calls = [p for m in view for p in m.parts if isinstance(p, ToolCallPart)]
+    assert [c.args for c in calls] == [{'command': 'cat f2.py'}]  # the recent one keeps its call...
+    result = next(p for m in view for p in m.parts if isinstance(p, ToolReturnPart))
+    assert marker(result)['mode'] == 'mask'  # ... and its output is masked
+    assert f'{NOTE} (2)' in [p.content for m in view for p in m.parts if isinstance(p, TextPart)]
+    # Over the soft threshold, the budget needs the room: every finished run is a record.
+    view = isolate_boundaries(keep_runs=1).apply(list(log), budget_context(1_500))
+    assert len(records(view)) == 3
+
+
+@dataclass
+class Sink:
+    spans: dict[str, list[Any]] = field(default_factory=dict)
+
+    def keep_result(self, ref: str, part: Any) -> None:
+        pass
+
+    def keep_span(self, ref: str, items: Any, *, replace: bool = False) -> None:
+        self.spans[ref] = list(items)
+
+
+def test_notes_are_shortened_oldest_first_only_when_the_budget_needs_room() -> None:
+    long_note = 'THOUGHT: ' + ' '.join(f'step {i} of the plan' for i in range(300))
+    log = chat(4, output_lines=150, note=long_note)
+    # With room (log under the soft threshold), nothing is shortened.
+    roomy = isolate_boundaries().apply(list(log), budget_context(128_000))
+    assert all(long_note in r for r in records(roomy))
+    # Over the soft threshold the oldest runs' notes are cut, each naming the span that reads it back.
+    sink = Sink()
+    tight = isolate_boundaries().apply(list(log), budget_context(16_000, originals=sink))
+    kept = [long_note in r for r in records(tight)]
+    assert kept[0] is False
+    assert kept[-1] is True
+    assert kept == sorted(kept)  # oldest first
+    answer = next(m for m in tight if isinstance(m, ModelResponse) and marker(m))
+    ref = marker(answer)['ref']
+    assert marker(answer)['shortened'] is True
+    assert f"more characters: read_context('{ref}')]" in records(tight)[0]
+    assert any(long_note in p.content for m in sink.spans[ref] for p in m.parts if isinstance(p, TextPart))
+    # A view of the view changes nothing.
+    assert isolate_boundaries().apply(list(tight), budget_context(16_000)) == tight
+
+
+def test_keep_runs_is_validated() -> None:
+    with pytest.raises(ValueError, match='keep_runs'):
+        isolate_boundaries(keep_runs=-1)
+
+
+async def test_a_real_three_run_chat_isolates_its_finished_runs() -> None:
+    seen: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(messages)
+        last = messages[-1]
+        if isinstance(last, ModelRequest) and any(isinstance(p, ToolReturnPart) for p in last.parts):
+            return ModelResponse(parts=[TextPart(f'Answer {len(seen)}.')])
+        return ModelResponse(
+            parts=[
+                TextPart(f'{NOTE} [{len(seen)}]'),
+                ToolCallPart('read', {'path': f'src/f{len(seen)}.py'}, tool_call_id=f'r{len(seen)}'),
+            ]
+        )
+
+    p = profile('coding', context_window=128_000, counter=HeuristicCounter())
+    if PYDANTIC_AI_MAJOR >= 2:
+        agent: Agent[None, str] = Agent(FunctionModel(respond), capabilities=[p])
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            agent = Agent(FunctionModel(respond), history_processors=p.history_processors)
+
+    @agent.tool_plain
+    def read(path: str) -> str:
+        return f'# {path}\n' + long_text(30, prefix=path)
+
+    history: list[ModelMessage] = []
+    for question in ('What is in f1?', 'And in f3?', 'And in f5?'):
+        result = await agent.run(question, message_history=history)
+        history = result.all_messages()
+    third = seen[4]  # the third run's first request
+    assert len(records(third)) == 2, 'both finished runs are records'
+    assert f'{NOTE} [1]' in records(third)[0]
+    assert f'{NOTE} [3]' in records(third)[1]
+    assert not any(
+        'src/f1.py line' in p.content for m in third for p in m.parts if isinstance(p, ToolReturnPart)
+    )
+    # The log is whole: every output is still in it.
+    assert sum(isinstance(p, ToolReturnPart) for m in history for p in m.parts) == 3
+
+
+def test_extending_the_previous_output_stays_exact_when_the_log_crosses_the_soft_threshold() -> None:
+    # With keep_runs=1 the last finished run is masked while there is room and becomes a record once
+    # the log is over the soft threshold: the shortcut (previous output + new messages) must notice.
+    log = chat(2, output_lines=10)
+    h = History(_run=3)
+    for i in range(12):
+        h.step(Tool('execute_bash', {'command': f'cat g{i}.py'}, long_text(20)))
+    grown = [*log, *h.build()]
+    incremental = isolate_boundaries(keep_runs=1)
+    scope = MemoScope()
+    crossed = []
+    for end in range(len(log), len(grown) + 1, 2):
+        prefix = grown[:end]
+        with compiling(scope, prefix):
+            view = incremental.apply(list(prefix), budget_context(4_000))
+        fresh = isolate_boundaries(keep_runs=1).apply(list(prefix), budget_context(4_000))
+        assert view == fresh
+        crossed.append(len(records(view)))
+    assert crossed[0] == 1  # under the threshold: the older run is a record, the recent one masked
+    assert crossed[-1] == 2  # over it: both are records

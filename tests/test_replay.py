@@ -17,10 +17,12 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    TextPart,
     ToolReturnPart,
 )
 
 from pydantic_ai_context import CompactionEvent, ContextBudgetExceeded, TiktokenCounter, profile
+from pydantic_ai_context._model_texts import ModelTexts
 from pydantic_ai_context.replay import (
     FactIndex,
     HistoryLoadError,
@@ -393,3 +395,51 @@ async def test_a_fact_far_down_an_output_is_searched_for_first() -> None:
     assert record.recall_uncached_tokens < COUNTER.count_text(
         '\n'.join(f'pkg/mod_{i}/file_{i}.py' for i in range(200))
     )
+
+
+# --- model texts kept -------------------------------------------------------------------------
+
+THOUGHT = 'THOUGHT: the crash comes from main.py reading a value it never validates.'
+
+
+def test_model_texts_count_long_response_texts_shown_verbatim_anywhere() -> None:
+    log = (
+        History()
+        .user('fix the crash')
+        .step(Tool('bash', {'command': 'ls'}, 'src/app/main.py'), text=THOUGHT)
+        .step(Tool('bash', {'command': 'cat src/app/main.py'}, 'x = 1'), text='Look.')
+        .answer('Fixed.')
+        .build()
+    )
+    texts = ModelTexts.build(log)
+    assert texts.texts == (THOUGHT,)  # 'Look.' and 'Fixed.' are too short to count
+    assert texts.kept(1, log[:1]) == 1.0  # nothing said yet
+    assert texts.kept(len(log), log) == 1.0
+    quoted = [log[0], ModelResponse(parts=[TextPart(f'[Record: {THOUGHT}\n- bash(ls) → ok]')])]
+    assert texts.kept(len(log), quoted) == 1.0
+    shortened = [log[0], ModelResponse(parts=[TextPart(THOUGHT[:30] + ' [… 40 more characters]')])]
+    assert texts.kept(len(log), shortened) == 0.0
+
+
+async def test_replay_reports_model_texts_kept_per_request() -> None:
+    log = small_log()
+    log[1] = dataclasses.replace(log[1], parts=[TextPart(THOUGHT), *log[1].parts])
+    result = await replay_none(log)
+    assert all(r.model_texts_kept == 1.0 for r in result.records)
+    assert result.model_texts_kept == 1.0
+    assert result.summary()['model_texts_kept'] == 1.0
+
+    class DropThoughts:
+        name = 'drop_thoughts'
+
+        async def compile(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+            return [
+                dataclasses.replace(m, parts=[p for p in m.parts if not isinstance(p, TextPart)] or m.parts)
+                if isinstance(m, ModelResponse)
+                else m
+                for m in messages
+            ]
+
+    dropped = await replay(log, DropThoughts(), context_window=128_000, counter=COUNTER)
+    # The first request has no earlier text; every later one lost the thought.
+    assert [r.model_texts_kept for r in dropped.records] == [1.0] + [0.0] * (len(dropped.records) - 1)

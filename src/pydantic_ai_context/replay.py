@@ -49,6 +49,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from . import _facts, _parts, _recall
+from ._model_texts import ModelTexts
 from .errors import ContextBudgetExceeded, ContextError
 from .overhead import measure_overhead
 from .request_tokens import RequestTokens, weigh_request
@@ -436,6 +437,9 @@ class RequestRecord:
     overhead_tokens: int = 0
     """Of `view_tokens`, what the messages do not carry: tool definitions and instructions of the
     agent given to `replay`, and its `overhead_tokens`."""
+    model_texts_kept: float = 1.0
+    """Share of the model's own earlier texts (response `TextPart`s of 40+ characters) the view shows
+    verbatim (1.0 with none; see `_model_texts`)."""
 
     @property
     def uncached_tokens(self) -> int:
@@ -563,6 +567,11 @@ class ReplayResult:
         return _mean(r.needed_or_recoverable for r in self.records)
 
     @property
+    def model_texts_kept(self) -> float:
+        """Mean over requests of the share of the model's own earlier texts the view shows verbatim."""
+        return _mean(r.model_texts_kept for r in self.records)
+
+    @property
     def peak_view_tokens(self) -> int:
         return max((r.view_tokens for r in self.records), default=0)
 
@@ -617,6 +626,7 @@ class ReplayResult:
             'fact_retention': self.fact_retention,
             'needed_fact_retention': self.needed_fact_retention,
             'needed_or_recoverable': self.needed_or_recoverable,
+            'model_texts_kept': self.model_texts_kept,
             'recall_charged_cost': self.recall_charged_cost,
             'recall_kept_cost': self.recall_kept_cost,
             'recall_round_trips': self.recall_round_trips,
@@ -695,6 +705,7 @@ async def replay(
         ```
     """
     index = facts if facts is not None else FactIndex.build(messages)
+    texts = ModelTexts.build(messages)
     events = getattr(profile, 'events', None)
     # Read-back reaches originals only with the tools, through the refs the profile's markers name.
     archive = getattr(profile, 'archive', None) if getattr(profile, 'readback', False) else None
@@ -777,6 +788,7 @@ async def replay(
                 needed_or_recoverable=(len(needed) - len(lacking) + reachable) / len(needed)
                 if needed
                 else 1.0,
+                model_texts_kept=texts.kept(i, view),
             )
         )
         replayed.append(

@@ -2,9 +2,10 @@
 
 The canonical log is every message of every run. A *run* is one `agent.run(...)`: it starts
 with the request holding the user's prompt and ends with the final answer. pydantic-ai 2.x
-stamps `run_id` on each message; for histories without it (pydantic-ai 1.x before stamping,
-hand-built or converted logs) a run starts at each request that holds a user prompt and no tool
-results.
+stamps `run_id` on each message, and then only a change of run id ends a run; for histories
+without it (pydantic-ai 1.x before stamping, hand-built or converted logs) a run starts at a
+request that holds a user prompt and no tool results, unless that prompt continues the task
+(a reminder, a nudge, a repeated prompt: the rule is in `_boundaries`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from . import _parts
+from ._boundaries import run_starts
 from ._markers import OriginalsSink
 from .budget import ContextBudget
 from .events import CompactionEvent
@@ -73,16 +74,14 @@ class RunSpan:
         return isinstance(index, int) and self.start <= index < self.end
 
 
-def starts_run(message: ModelMessage) -> bool:
-    """Without run ids, a request holding a user prompt and no tool results starts a run."""
-    return _parts.has_user_prompt(message) and not _parts.tool_results(message)
-
-
 def run_spans(messages: Sequence[ModelMessage]) -> list[RunSpan]:
     """Split a log into runs, by `run_id` where every request carries one, else by user prompts.
 
-    Messages before the first boundary (e.g. a leading system-prompt-only request) belong to the
-    first run. An empty log has no runs.
+    With run ids only a change of run id is a boundary. Without them a user prompt (in a request
+    with no tool results) starts a run unless it continues the task: it follows a response that
+    called tools, repeats an earlier prompt, is a short reminder about the agent's output format,
+    or is a bare "continue" (`_boundaries`). Messages before the first boundary (e.g. a leading
+    system-prompt-only request) belong to the first run. An empty log has no runs.
     """
     check_messages(messages)
     if not messages:
@@ -90,7 +89,7 @@ def run_spans(messages: Sequence[ModelMessage]) -> list[RunSpan]:
     requests = [m for m in messages if isinstance(m, ModelRequest)]
     if requests and all(getattr(m, 'run_id', None) for m in requests):
         return _spans_by_run_id(messages)
-    starts = [i for i, m in enumerate(messages) if i == 0 or starts_run(m)]
+    starts = run_starts(messages)
     ends = [*starts[1:], len(messages)]
     return [RunSpan(start=s, end=e) for s, e in zip(starts, ends, strict=True)]
 

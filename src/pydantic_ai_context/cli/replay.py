@@ -310,6 +310,7 @@ def replay_table(history: History, results: dict[str, ReplayResult], *, window: 
         'errors',
         'facts kept',
         'needed kept',
+        'texts kept',
         'summ. calls',
         'compile ms',
     )
@@ -323,7 +324,7 @@ def replay_table(history: History, results: dict[str, ReplayResult], *, window: 
                 Text(label, style='red'),
                 *[Text(FAILED, style='red')] * 5,
                 errors,
-                *[Text(FAILED, style='red')] * 3,
+                *[Text(FAILED, style='red')] * 4,
                 timing,
             )
             continue
@@ -337,6 +338,7 @@ def replay_table(history: History, results: dict[str, ReplayResult], *, window: 
             '0',
             f'{result.fact_retention:.1%}',
             f'{result.needed_fact_retention:.1%}',
+            f'{result.model_texts_kept:.1%}',
             f'{result.summary_calls}',
             timing,
         )
@@ -376,6 +378,9 @@ def summary_rows(results: Sequence[dict[str, ReplayResult]], labels: Sequence[st
                 'needed_fact_retention': (
                     statistics.fmean(res.needed_fact_retention for res, _ in pairs) if ok else None
                 ),
+                'model_texts_kept': statistics.fmean(res.model_texts_kept for res, _ in pairs)
+                if ok
+                else None,
                 'summary_calls': sum(res.summary_calls for res, _ in pairs),
                 'compile_ms_median': statistics.median(res.compile_ms_median for res, _ in pairs),
             }

@@ -1,8 +1,11 @@
 """`isolate_boundaries`: a finished run shows its prompt and answer, and only a record of its tool trace.
 
-Once a run has answered, the steps that led to the answer matter far less than the answer
-itself: the next run needs to know what was done and found, not every byte every tool printed.
-The current run is never touched (DESIGN.md invariant 6).
+Once a run has answered, the steps that led to the answer matter less than the answer itself:
+the next run needs to know what was done and found, not every byte every tool printed. But the
+agent's own words (its thoughts, plans, decisions) are small and say why; they stay. The current
+run is never touched (DESIGN.md invariant 6), and a run is only finished where it really ended
+(`views.run_spans`: a change of run id, or without run ids a user prompt that does not continue
+the task).
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ from pydantic_ai.messages import (
 )
 
 from pydantic_ai_context import _markers, _parts
+from pydantic_ai_context._boundaries import continues_task, is_summary, prompt_text, starts_run
 from pydantic_ai_context._facts import call_summary, digest
 from pydantic_ai_context._markers import OriginalsSink
 from pydantic_ai_context.tokens import TokenCounter
-from pydantic_ai_context.views import CompileContext, current_run, run_spans, starts_run
+from pydantic_ai_context.views import CompileContext, current_run, run_spans
 
-from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
+from ._base import LastCall, SyncPolicy, context_key, extend_or_resume
 from ._frontier import nominal_part_tokens
 from ._summary_block import ACK_KIND, KEPT_KIND
 from ._summary_block import MARKER_KIND as SUMMARY_KIND
@@ -40,10 +44,25 @@ IsolateMode = Literal['keep', 'mask', 'digest', 'drop']
 MARKER_KIND: Final = 'isolated'
 
 DIGEST_HEADER: Final = (
-    '[Record kept by context management, not a new instruction: the tool calls made while answering '
-    'this request ({n} {calls}; their outputs are no longer shown), one line each with the call, its status '
-    'and the facts of its result:'
+    '[Record kept by context management, not a new instruction: the steps taken while answering '
+    "this request ({n} tool {calls}; their outputs are no longer shown): the assistant's own notes "
+    'as written, and one line per tool call with its status and the facts of its result:'
 )
+
+NOTES_HEADER: Final = (
+    "[Record kept by context management, not a new instruction: the assistant's own notes while "
+    'answering this request, as written (its tool calls and their outputs are no longer shown):'
+)
+
+SHORTENED: Final = " [… {n} more characters: read_context('{ref}')]"
+"""How a note shortened for room ends: the span's ref reads the whole step back."""
+
+NOTE_HEAD_CHARS: Final = 240
+"""What a shortened note keeps of its start."""
+
+NOTES_SHARE: Final = 0.25
+"""Over the soft threshold, collapsed runs' notes may take this share of the soft limit; beyond it,
+the oldest runs' notes are shortened first (whole runs at a time, so the prefix changes rarely)."""
 
 MASK_TEMPLATE: Final = '[output omitted: this turn is finished; {digest}]'
 
@@ -56,19 +75,34 @@ _TRACE_REQUEST_KINDS: Final = frozenset({'tool-return', 'retry-prompt', 'retry-f
 
 @dataclass(kw_only=True)
 class IsolateBoundaries(SyncPolicy):
-    """Collapse the tool trace of every finished run, keeping its user prompt and its final answer.
+    """Collapse the tool trace of finished runs, keeping their prompts, answers and the model's own words.
 
-    A run is finished when a later run follows it (`views.run_spans`; the current run is the one
-    with `context.run_id`, else the last). Its request with the user prompt (and system prompts)
-    and its final text answer stay as they are; what lies between is handled by `mode`:
+    A run is finished when a later run follows it (`views.run_spans`: with pydantic-ai run ids only
+    a change of run id ends a run; without them a user prompt does, unless it continues the task:
+    a reminder, a nudge, a repeated prompt). The current run is the one with `context.run_id`,
+    else the last, and is never touched.
 
-    - `'digest'` (default): the whole trace becomes one text record, one line per tool call
-      (tool name, identifying arguments, status, exit code, paths and error lines of its result),
-      placed as a `TextPart` at the start of the final answer: the assistant's own account of what
-      it did, worded as a record so it does not read as a new instruction.
-    - `'mask'`: calls stay; successful tool outputs become a placeholder with the same facts.
-    - `'drop'`: the trace is removed; prompt and answer remain.
+    When a finished run collapses. A finished run becomes a record when the budget needs the room
+    (the log is over the soft threshold, or no budget is known) or when it ended long ago: once
+    more than `keep_runs` runs have started after it. The `keep_runs` most recent finished runs
+    (none by default) are only masked while there is room: their tool outputs become placeholders
+    with the facts, all at once (one cache break per run), and their calls and notes stay.
+
+    How it collapses. Its request with the user prompt (and system prompts) and its final text
+    answer stay as they are; what lies between is handled by `mode`:
+
+    - `'digest'` (default): the trace becomes one text record at the start of the final answer:
+      per step, the assistant's own notes (its `TextPart`s, verbatim) and one line per tool call
+      (tool name, identifying arguments, status, exit code, paths and error lines of its result).
+      It is worded as a record, so it does not read as a new instruction.
+    - `'mask'`: calls and notes stay; successful tool outputs become a placeholder with the facts.
+    - `'drop'`: calls and outputs are removed; a record keeps the assistant's notes.
     - `'keep'`: nothing changes.
+
+    The notes are shortened only when the budget needs room: over the soft threshold, when the
+    collapsed runs' notes take more than `NOTES_SHARE` of the soft limit, the oldest runs' notes
+    are cut to their first `NOTE_HEAD_CHARS` characters, each ending with how much was cut and the
+    ref that reads the whole step back (`read_context`).
 
     Steps that carry more than tool machinery (pinned content, a user or system prompt, a
     framework part this package does not know) are kept whole in every mode. A run without a
@@ -92,7 +126,12 @@ class IsolateBoundaries(SyncPolicy):
 
         log = [
             ModelRequest(parts=[UserPromptPart('Which Python files are there?')]),
-            ModelResponse(parts=[ToolCallPart('execute_bash', {'command': 'ls'}, tool_call_id='c1')]),
+            ModelResponse(
+                parts=[
+                    TextPart('I will list the source tree first, then count the modules.'),
+                    ToolCallPart('execute_bash', {'command': 'ls'}, tool_call_id='c1'),
+                ]
+            ),
             ModelRequest(parts=[ToolReturnPart('execute_bash', 'src/a.py\\nsrc/b.py', tool_call_id='c1')]),
             ModelResponse(parts=[TextPart('Two: a.py and b.py.')]),
             ModelRequest(parts=[UserPromptPart('Thanks. Now add a README.')]),
@@ -101,6 +140,7 @@ class IsolateBoundaries(SyncPolicy):
         assert len(view) == 3  # prompt, answer (with the record), the new prompt
         record = view[1].parts[0].content
         assert "execute_bash(command='ls') → ok" in record and 'src/a.py' in record
+        assert 'I will list the source tree first, then count the modules.' in record
         assert view[1].parts[1].content == 'Two: a.py and b.py.'
         ```
     """
@@ -109,59 +149,94 @@ class IsolateBoundaries(SyncPolicy):
     """The step's name in a profile's chain."""
     mode: IsolateMode = 'digest'
     """What a finished run's tool trace becomes: `'digest'`, `'mask'`, `'drop'` or `'keep'`."""
+    keep_runs: int = 0
+    """With a budget and the log under its soft threshold, the most recent finished runs that only
+    have their tool outputs masked (calls and notes stay) instead of becoming records. Default 0:
+    a run has ended long ago once the next one started (replay, held-out multi-turn chat at 128k:
+    masking the last finished run instead of recording it costs 0.467 of `none` against 0.422)."""
     _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ('keep', 'mask', 'digest', 'drop'):
             raise ValueError(f"mode must be 'keep', 'mask', 'digest' or 'drop', not {self.mode!r}")
+        if not isinstance(self.keep_runs, int) or isinstance(self.keep_runs, bool) or self.keep_runs < 0:
+            raise ValueError(f'keep_runs must be a non-negative int, not {self.keep_runs!r}')
 
     def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
         if self.mode == 'keep' or not messages:
             return list(messages)
-        # Only finished runs change, so while the new messages start no run the output for a
-        # longer log is the previous output plus the new messages.
-        return extend_or_compute(
+        # Only finished runs change, so while the new messages start no run (and the log does not
+        # cross the soft threshold) the output for a longer log is the previous output plus them.
+        # The full pass says whether crossing the threshold would change its output (finished runs
+        # decided without pressure) and the log's tokens, which the tail then adds to.
+        return extend_or_resume(
             self,
             messages,
             context_key(context),
             context,
             lambda: self._apply(messages, context),
-            accept=lambda last, tail: _continues_last_run(last.messages, tail),
+            accept=lambda last, tail: (
+                _continues_last_run(last.messages, tail) and not _crosses(last.extra, tail, context)
+            ),
         )
 
-    def _apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
+    def _apply(
+        self, messages: list[ModelMessage], context: CompileContext
+    ) -> tuple[list[ModelMessage], _Pressure | None]:
+        """The view, and (when finished runs were decided without pressure, so crossing the soft
+        threshold would change it) the log's tokens."""
         current = current_run(messages, run_id=context.run_id)
         if current is None:
-            return list(messages)
+            return list(messages), None
+        finished = [span for span in run_spans(messages) if span.start < current.start]
+        if not finished:
+            return list(messages), None
+        tokens = _log_tokens(messages, context)
+        pressed = _over_budget(tokens, context)
+        # Runs the budget needs, or that ended long ago, become records; the others (recent, with
+        # room to spare) only have their outputs masked, their calls and notes stay.
+        due = {n for n in range(len(finished)) if pressed or len(finished) - n > self.keep_runs}
+        notes = [_run_notes(messages[span.start : span.end]) for n, span in enumerate(finished) if n in due]
+        short = _shortened_runs(notes, context) if pressed else 0
         out: list[ModelMessage] = []
         position = 0
-        runs = 0
+        n_runs = 0
         calls = 0
-        for span in run_spans(messages):
-            if span.start >= current.start:
-                break
-            collapsed = self._collapse(messages[span.start : span.end], context.counter, context.originals)
+        for n, span in enumerate(finished):
+            collapsed = self._collapse(
+                messages[span.start : span.end],
+                context.counter,
+                context.originals,
+                mode=self.mode if n in due else 'mask',
+                shorten=n < short,
+            )
             if collapsed is None:
                 continue
             out.extend(messages[position : span.start])
             out.extend(collapsed.messages)
             position = span.end
-            runs += 1
+            n_runs += 1
             calls += collapsed.calls
-        if runs == 0:
-            return list(messages)
+        if n_runs == 0:
+            return list(messages), None if pressed else _Pressure(tokens)
         out.extend(messages[position:])
         context.note(
-            f'isolated {runs} finished run{"s" if runs != 1 else ""} '
+            f'isolated {n_runs} finished run{"s" if n_runs != 1 else ""} '
             f'({self.mode}, {calls} tool call{"s" if calls != 1 else ""})',
-            isolated_runs=runs,
+            isolated_runs=n_runs,
             isolated_calls=calls,
             mode=self.mode,
         )
-        return out
+        return out, None if pressed else _Pressure(tokens)
 
     def _collapse(
-        self, run: Sequence[ModelMessage], counter: TokenCounter, originals: OriginalsSink | None
+        self,
+        run: Sequence[ModelMessage],
+        counter: TokenCounter,
+        originals: OriginalsSink | None,
+        *,
+        mode: IsolateMode,
+        shorten: bool = False,
     ) -> _Collapsed | None:
         """The run with its trace collapsed, or None when it has nothing to collapse."""
         head_end = next((i for i, m in enumerate(run) if _parts.has_user_prompt(m)), None)
@@ -173,10 +248,11 @@ class IsolateBoundaries(SyncPolicy):
             # of its own: what it kept stays, or a view of the view would differ from the view.
             return None
         assert isinstance(answer, ModelResponse)
-        if (_parts.marker(answer) or {}).get('kind') == MARKER_KIND:
+        if any(_isolated(m) for m in run):
+            # Already collapsed or masked here (a view of a view, or a log a 1.x run rewrote): what
+            # was decided stays, so compiling a view again changes nothing.
             return None
         trace = list(run[head_end + 1 : -1])
-        mode = self.mode
         if mode == 'digest' and _parts.message_pinned(answer):
             mode = 'mask'
         kept, collapsed = _split_steps(trace)
@@ -189,19 +265,53 @@ class IsolateBoundaries(SyncPolicy):
             return None
         n_calls = sum(len(_parts.tool_calls(m)) for step in collapsed for m in step)
         body = [m for step in kept for m in step]
-        if mode == 'drop':
-            return _Collapsed([*run[: head_end + 1], *body, answer], n_calls)
         span = [m for step in collapsed for m in step]
         ref = _markers.span_ref(span)
+        text = _record_text(span, ref, calls=mode == 'digest', shorten=shorten)
+        if text is None:  # 'drop' with no notes to keep
+            return _Collapsed([*run[: head_end + 1], *body, answer], n_calls)
         _markers.keep_span(originals, ref, span)
         new_answer = dataclasses.replace(
             answer,
-            parts=_insert_after_thinking(answer.parts, TextPart(_markers.with_ref(_digest_text(span), ref))),
+            parts=_insert_after_thinking(answer.parts, TextPart(_markers.with_ref(text, ref))),
             metadata=_parts.with_marker(
-                answer.metadata, {'kind': MARKER_KIND, 'mode': 'digest', 'calls': n_calls, 'ref': ref}
+                answer.metadata,
+                {
+                    'kind': MARKER_KIND,
+                    'mode': mode,
+                    'calls': n_calls,
+                    'ref': ref,
+                    **({'shortened': True} if shorten else {}),
+                },
             ),
         )
         return _Collapsed([*run[: head_end + 1], *body, new_answer], n_calls)
+
+
+@dataclass
+class _Pressure:
+    """The tokens of the log a view was decided on, without pressure: the tail adds to them."""
+
+    tokens: int
+
+
+def _log_tokens(messages: Sequence[ModelMessage], context: CompileContext) -> int:
+    # Message by message (memoised), so that the tokens of a longer log are these plus the tail's.
+    return sum(context.counter.count_message(m) for m in messages)
+
+
+def _over_budget(tokens: int, context: CompileContext) -> bool:
+    """Whether the budget needs the room: no budget known, or the log over its soft threshold."""
+    return context.budget is None or tokens > context.budget.soft_limit
+
+
+def _crosses(pressure: Any, tail: Sequence[ModelMessage], context: CompileContext) -> bool:
+    """Whether the tail takes a log decided without pressure over the soft threshold (it adds the
+    tail's tokens to the record, which the extended call keeps)."""
+    if not isinstance(pressure, _Pressure):
+        return False
+    pressure.tokens += _log_tokens(tail, context)
+    return _over_budget(pressure.tokens, context)
 
 
 @dataclass
@@ -211,7 +321,7 @@ class _Collapsed:
 
 
 def isolate_boundaries(**settings: Any) -> IsolateBoundaries:
-    """Collapse finished runs to prompt + answer + trace record; see `IsolateBoundaries`.
+    """Collapse finished runs to prompt + answer + a record of their steps; see `IsolateBoundaries`.
 
     Example:
         ```python
@@ -238,7 +348,51 @@ def _continues_last_run(log: Sequence[ModelMessage], tail: Sequence[ModelMessage
             if rid is not None and rid != current:
                 return False
         return True
-    return not any(starts_run(m) for m in tail)
+    earlier: set[str] | None = None
+    for j, message in enumerate(tail):
+        if not starts_run(message):
+            continue
+        if earlier is None:  # only a prompt in the tail needs the earlier prompts
+            earlier = {t for m in log if (t := prompt_text(m))}
+        previous = tail[j - 1] if j else log[-1]
+        text = prompt_text(message)
+        if is_summary(message) or not continues_task(previous, text, earlier):
+            return False
+        earlier.add(text)
+    return True
+
+
+def _isolated(message: ModelMessage) -> bool:
+    """The message, or one of its parts, carries this policy's marker."""
+    if (_parts.marker(message) or {}).get('kind') == MARKER_KIND:
+        return True
+    return any((_parts.marker(p) or {}).get('kind') == MARKER_KIND for p in message.parts)
+
+
+def _run_notes(run: Sequence[ModelMessage]) -> list[str]:
+    """The assistant's notes in a run's trace (not its final answer): what a record would quote."""
+    return [
+        p.content
+        for m in run[:-1]
+        if isinstance(m, ModelResponse)
+        for p in m.parts
+        if isinstance(p, TextPart) and p.content.strip()
+    ]
+
+
+def _shortened_runs(notes: list[list[str]], context: CompileContext) -> int:
+    """How many of the oldest collapsed runs get their notes shortened so the rest fit the room."""
+    budget = context.budget
+    if budget is None:
+        return 0
+    room = NOTES_SHARE * budget.soft_limit
+    sizes = [sum(context.counter.count_text(t) for t in run) for run in notes]
+    total = sum(sizes)
+    n = 0
+    while n < len(sizes) and total > room:
+        total -= sizes[n]
+        n += 1
+    return n
 
 
 def _is_final_answer(message: ModelMessage | None) -> bool:
@@ -319,14 +473,25 @@ def _maskable(part: ToolReturnPart) -> bool:
     )
 
 
-def _digest_text(trace: list[ModelMessage]) -> str:
+def _record_text(trace: list[ModelMessage], ref: str, *, calls: bool, shorten: bool) -> str | None:
+    """The record of a collapsed trace: per step the assistant's notes, then (with `calls`) one line
+    per tool call. None when there is nothing to record (no calls asked for, no notes)."""
     lines: list[str] = []
     n = 0
     results: dict[str, Any] = {}
+    if calls:
+        for message in trace:
+            for result in _parts.tool_results(message):
+                results.setdefault(result.tool_call_id, result)
     for message in trace:
-        for result in _parts.tool_results(message):
-            results.setdefault(result.tool_call_id, result)
-    for message in trace:
+        if isinstance(message, ModelResponse):
+            lines.extend(
+                _note(p.content, ref, shorten=shorten)
+                for p in message.parts
+                if isinstance(p, TextPart) and p.content.strip()
+            )
+        if not calls:
+            continue
         for call in _parts.tool_calls(message):
             result = results.get(call.tool_call_id)
             if result is None:
@@ -339,8 +504,17 @@ def _digest_text(trace: list[ModelMessage]) -> str:
                 # Retry feedback that answers no call (output validation) is worth one line too.
                 if isinstance(part, RetryPromptPart) and part.tool_name is None:
                     lines.append('- (the answer was retried after validation feedback)')
-    header = DIGEST_HEADER.format(n=n, calls='call' if n == 1 else 'calls')
+    if not calls and not lines:
+        return None
+    header = DIGEST_HEADER.format(n=n, calls='call' if n == 1 else 'calls') if calls else NOTES_HEADER
     return '\n'.join([header, *lines]) + ']'
+
+
+def _note(text: str, ref: str, *, shorten: bool) -> str:
+    """A note as written, or (for room) its start and how much of it the ref reads back."""
+    if not shorten or len(text) <= NOTE_HEAD_CHARS + len(SHORTENED):
+        return text
+    return text[:NOTE_HEAD_CHARS] + SHORTENED.format(n=len(text) - NOTE_HEAD_CHARS, ref=ref)
 
 
 def _insert_after_thinking(parts: Sequence[Any], record: TextPart) -> list[Any]:

@@ -1,0 +1,110 @@
+"""Where a run ends without run ids (`_boundaries`), and that run ids alone decide when present."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+from pydantic_ai_context import run_spans
+from pydantic_ai_context._boundaries import REMINDER_MAX_CHARS, continues_task, prompt_text
+
+from .builders import History, Tool
+
+REMINDER = (
+    'Please always provide EXACTLY ONE action in triple backticks, found 2 actions.\n\n'
+    'Please format your action in triple backticks as shown in <response_example>.\n\n'
+    '<response_example>\nHere are some thoughts about why you want to perform the action.\n\n'
+    '```bash\n<action>\n```\n</response_example>'
+)
+TWO_ACTIONS = 'THOUGHT: I will look, then test.\n\n```bash\nls\n```\n\n```bash\npytest -q\n```'
+
+
+def mini_swe_agent_run(*, stamp: bool = False) -> list[ModelMessage]:
+    """A mini-swe-agent-style task: THOUGHT + one bash action a step, a format reminder in the middle."""
+    log = (
+        History(stamp_runs=stamp)
+        .user('<pr_description>Fix the crash in src/app.py</pr_description>', system='You are a shell agent.')
+        .step(
+            Tool('bash', {'command': 'ls'}, 'src/app.py'), text='THOUGHT: first I list the repository files.'
+        )
+        .build()
+    )
+    rid = {'run_id': 'run-1'} if stamp else {}
+    log.append(ModelResponse(parts=[TextPart(TWO_ACTIONS)], **rid))
+    log.append(ModelRequest(parts=[UserPromptPart(REMINDER)], **rid))
+    rest = History(stamp_runs=stamp, _run=1)  # the same run
+    rest.step(Tool('bash', {'command': 'cat src/app.py'}, 'x = 1'), text='THOUGHT: one action at a time now.')
+    log += rest.build()
+    log.append(ModelResponse(parts=[TextPart(TWO_ACTIONS)], **rid))
+    log.append(ModelRequest(parts=[UserPromptPart(REMINDER)], **rid))
+    return log
+
+
+@pytest.mark.parametrize('stamp', [False, True])
+def test_format_reminders_do_not_split_a_run(stamp: bool) -> None:
+    log = mini_swe_agent_run(stamp=stamp)
+    assert [(s.start, s.end) for s in run_spans(log)] == [(0, len(log))]
+
+
+def test_a_new_request_after_a_final_answer_starts_a_run() -> None:
+    log = History().user('Why does it crash?').step(Tool('ls', {}, 'a.py')).answer('Because of a.py.').build()
+    log.append(ModelRequest(parts=[UserPromptPart('Thanks. Now add a README.')]))
+    assert [(s.start, s.end) for s in run_spans(log)] == [(0, 4), (4, 5)]
+
+
+def test_run_ids_alone_decide_where_they_are_present() -> None:
+    # With run ids, even a prompt that reads like a new request is inside its run...
+    log = History(stamp_runs=True).user('first').step(Tool('ls', {}, 'a.py')).answer('one').build()
+    log.append(ModelRequest(parts=[UserPromptPart('An unrelated new question?')], run_id='run-1'))
+    assert len(run_spans(log)) == 1
+    # ... and a change of run id ends it, even at a reminder.
+    log.append(ModelResponse(parts=[TextPart('ok')], run_id='run-1'))
+    log.append(ModelRequest(parts=[UserPromptPart(REMINDER)], run_id='run-2'))
+    assert [s.run_id for s in run_spans(log)] == ['run-1', 'run-2']
+
+
+@pytest.mark.parametrize(
+    ('text', 'continues'),
+    [
+        (REMINDER, True),
+        ('continue', True),
+        ('Please continue.', True),
+        ('keep going!', True),
+        ('Your tool call had no arguments; call it again.', True),
+        ('The earlier prompt', True),  # repeats an earlier prompt
+        ('Now add a README.', False),
+        ('Continue with the next feature: add a --dry-run flag to the sync command.', False),
+        ('Please reformat the whole module and then ' + 'x' * REMINDER_MAX_CHARS, False),  # too long
+        ('', False),
+    ],
+)
+def test_what_continues_a_task(text: str, continues: bool) -> None:
+    answer = ModelResponse(parts=[TextPart('Done.')])
+    assert continues_task(answer, text, {'The earlier prompt'}) is continues
+
+
+def test_a_prompt_right_after_tool_calls_continues_the_step() -> None:
+    calling = History().user('x').call(Tool('ls', {}, 'a.py')).build()[-1]
+    assert continues_task(calling, 'Now something entirely new.', set())
+
+
+def test_prompt_text_joins_text_content_only() -> None:
+    request = ModelRequest(parts=[UserPromptPart(['  look at this', 'and this  '])])
+    assert prompt_text(request) == 'look at this\nand this'
+    assert prompt_text(ModelResponse(parts=[TextPart('x')])) == ''
+
+
+def test_a_summary_this_package_wrote_always_starts_a_run() -> None:
+    from pydantic_ai_context._boundaries import SUMMARY_KIND
+    from pydantic_ai_context._parts import with_marker
+    from pydantic_ai_context.policies._summary_block import MARKER_KIND
+
+    assert SUMMARY_KIND == MARKER_KIND
+    log = History().user('Fix it.').step(Tool('ls', {}, 'a.py')).answer('Done.').build()
+    # Its text mentions tool calls (as summaries do), which in a user's reminder would continue the task.
+    summary = ModelRequest(
+        parts=[UserPromptPart('<summary>The agent made 3 tool calls.</summary>')],
+        metadata=with_marker(None, {'kind': SUMMARY_KIND}),
+    )
+    log.append(summary)
+    assert [(s.start, s.end) for s in run_spans(log)] == [(0, 4), (4, 5)]

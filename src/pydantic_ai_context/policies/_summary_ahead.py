@@ -135,6 +135,21 @@ class BackgroundSummaries:
         self._pending[pending.conversation] = pending
         self._counts['started'] += 1
         pending.task = loop.create_task(self._run(policy, pending, list(messages), zones, end, model, own))
+        pending.task.add_done_callback(lambda task: self._finished(pending, task))
+
+    def _finished(self, pending: _Pending, task: asyncio.Task[None]) -> None:
+        # A done callback, so that a task cancelled before it ever ran is accounted for too.
+        if self._pending.get(pending.conversation) is pending:
+            del self._pending[pending.conversation]
+        if task.cancelled():
+            self._counts['cancelled'] += 1
+            self._discard(
+                pending.policy,
+                pending.run_id,
+                pending.estimate,
+                0,
+                'cancelled while the summariser was writing it (input tokens estimated)',
+            )
 
     async def _run(
         self,
@@ -164,22 +179,9 @@ class BackgroundSummaries:
                     self._discard(
                         pending.policy, pending.run_id, tokens_in, tokens_out, 'the summary was rejected'
                     )
-        except asyncio.CancelledError:
-            self._counts['cancelled'] += 1
-            self._discard(
-                pending.policy,
-                pending.run_id,
-                pending.estimate,
-                0,
-                'cancelled while the summariser was writing it (input tokens estimated)',
-            )
-            raise
         except Exception:
             self._counts['failed'] += 1
             logger.exception('a summary made ahead failed; the run goes on')
-        finally:
-            if self._pending.get(pending.conversation) is pending:
-                del self._pending[pending.conversation]
 
     def _discard(self, policy: str, run_id: str | None, tokens_in: int, tokens_out: int, why: str) -> None:
         self._counts['discarded'] += 1

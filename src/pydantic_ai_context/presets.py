@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from .policies._frontier import Frontier
 from .policies.check import check_budget
@@ -112,7 +112,7 @@ def chat(
     summary_timeout: PositiveFloat = 60.0,
     summary_cache: SummaryCache | None = None,
     summary_ahead: bool = True,
-    summary_ahead_lead: PositiveFloat = 1.0,
+    summary_ahead_lead: NonNegativeFloat = 1.0,
     keep_last_steps: NonNegativeInt = 2,
     **common: Any,
 ) -> ContextProfile:
@@ -138,12 +138,12 @@ def chat(
             the trigger).
         summary_timeout: Seconds the summariser may take before the static marker is used.
         summary_cache: Where summaries are cached (share one to share summaries).
-        summary_ahead: Write the next shrink's summary in the background once the view is past
-            `summary_ahead_at`, so that no request waits for the summariser while the view still
-            fits (replay at 16k, summariser 1.5 s: see docs/sessions.md).
+        summary_ahead: Write the next shrink's summary in the background, so that no request
+            waits for the summariser (replay at 16k, summariser 1.5 s: see docs/sessions.md).
         summary_ahead_lead: How early summarising ahead starts, in multiples of the room a shrink
-            leaves for recent steps, below the limit (more: earlier, for a slower summariser, and
-            smaller shrinks).
+            leaves for recent steps, below the limit (0: at the trigger). 1.0 here: the run in
+            progress is kept out of summaries, so they come late (replay at 16k: cost -2.1%
+            against the synchronous summary, and 38% of summariser tokens wasted against 55% at 0).
         keep_last_steps: Steps `fit_to_budget` never drops.
     """
     frontier = Frontier(keep_recent=keep_recent, step=step, budget_step=budget_step)
@@ -184,7 +184,7 @@ def long_horizon(
     summary_timeout: PositiveFloat = 60.0,
     summary_cache: SummaryCache | None = None,
     summary_ahead: bool = True,
-    summary_ahead_lead: PositiveFloat = 1.0,
+    summary_ahead_lead: NonNegativeFloat = 0.0,
     keep_last_steps: NonNegativeInt = 2,
     **common: Any,
 ) -> ContextProfile:
@@ -217,12 +217,12 @@ def long_horizon(
             the trigger).
         summary_timeout: Seconds the summariser may take before the static marker is used.
         summary_cache: Where summaries are cached (share one to share summaries).
-        summary_ahead: Write the next shrink's summary in the background once the view is past
-            `summary_ahead_at`, so that no request waits for the summariser while the view still
-            fits (replay at 16k, summariser 1.5 s: see docs/sessions.md).
+        summary_ahead: Write the next shrink's summary in the background, so that no request
+            waits for the summariser (replay at 16k, summariser 1.5 s: see docs/sessions.md).
         summary_ahead_lead: How early summarising ahead starts, in multiples of the room a shrink
-            leaves for recent steps, below the limit (more: earlier, for a slower summariser, and
-            smaller shrinks).
+            leaves for recent steps, below the limit. 0: at the trigger, so no summary is made
+            where the synchronous path would make none (replay at 16k: 8 calls as synchronously,
+            against 13 at 1.0).
         keep_last_steps: Steps `fit_to_budget` never drops.
     """
     zero_llm = _zero_llm_chain(

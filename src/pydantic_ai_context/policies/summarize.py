@@ -217,20 +217,22 @@ class SummarizeWindow(AsyncPolicy):
     cache: SummaryCache = field(default_factory=InMemorySummaryCache)
     """Where summaries are kept by digest; share one cache between profiles to share summaries."""
     ahead: bool = False
-    """Summarise ahead, in the background (on in every summarising preset): once the view is past
-    `ahead_at`, the next shrink's summary is written while the model answers, and the request that
-    crosses the trigger does not wait for the summariser. Needs a profile (its background tasks)
+    """Summarise ahead, in the background (on in every summarising preset): from `ahead_lead` on,
+    the next shrink's summary is written while the model answers, and no request waits for the
+    summariser. Needs a profile (its background tasks)
     and a budget; see `pydantic_ai_context.policies._summary_ahead`."""
     ahead_waits: bool = False
     """With `ahead`: when the view is over the limit and no summary has landed yet, wait for the one in
     flight (or make one, as without `ahead`). `False` (the presets, whose `fit_to_budget` follows):
     never wait; the oldest steps are dropped from the views sent until the summary lands."""
-    ahead_lead: float = 1.0
-    """How early a summary ahead starts: when the view is within this many times the room a shrink
-    leaves for the recent steps (the low-water mark less the task framing and the summary) of the
-    limit, or at the trigger if that comes first. 1.0: started there, the summary brings the view
-    back to the low-water mark when it reaches the limit; more starts earlier (time for a slower
-    summariser) for smaller shrinks, i.e. more summariser calls."""
+    ahead_lead: float = 0.0
+    """How early a summary ahead starts. 0: when the view crosses the trigger (the summariser is never
+    called where the synchronous path would not call it; the band between the trigger and the limit
+    is its time). More: once the view is within this many times the room a shrink leaves for the
+    recent steps (the low-water mark less the task framing and the summary) of the limit; started
+    there with 1.0 the summary still brings the view back to the low-water mark when it reaches
+    the limit. Earlier gives a slow summariser more time, for smaller shrinks and summaries made
+    for runs that end before they are needed."""
 
     _breaker: CircuitBreaker = field(default_factory=CircuitBreaker, init=False, repr=False, compare=False)
     _digests: ObjectMemo[str] = field(default_factory=ObjectMemo[str], init=False, repr=False, compare=False)
@@ -246,8 +248,8 @@ class SummarizeWindow(AsyncPolicy):
             raise ValueError(f'low_water must be in (0, 1), got {self.low_water}')
         if not 0 < self.summary_share < 1:
             raise ValueError(f'summary_share must be in (0, 1), got {self.summary_share}')
-        if self.ahead_lead <= 0:
-            raise ValueError(f'ahead_lead must be > 0, got {self.ahead_lead}')
+        if self.ahead_lead < 0:
+            raise ValueError(f'ahead_lead must be >= 0, got {self.ahead_lead}')
 
     # --- deciding ---------------------------------------------------------------------------
 

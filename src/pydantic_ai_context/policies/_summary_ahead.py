@@ -3,16 +3,17 @@
 Without this, the compile of the request that crosses the trigger calls the summariser and that
 request waits for it. With it (`SummarizeWindow(ahead=True)`, on in every summarising preset):
 
-- when the view (with the summaries already cached applied) crosses the *ahead mark*, between the
-  low-water mark and the trigger, the span the next shrink will cover is summarised in a
-  background task, while the model answers and the tools run. The span is planned so that, once
-  the view has grown to the trigger, the summary shrinks it to the low-water mark;
+- when the view (with the summaries already cached applied) crosses the trigger, or earlier with
+  `ahead_lead` (within that many times the room a shrink leaves for the recent steps of the
+  limit), the span the next shrink will cover is summarised in a background task, while the model
+  answers and the tools run. The span is planned so that, used when the view reaches the limit,
+  the summary shrinks it to the low-water mark;
 - the summary lands in the summary cache under the key the synchronous path would use, so the
   compile that crosses the trigger finds it there (`_walk_chain`) and makes no call;
-- when the trigger is crossed and no cached summary shrinks the view under it, but the view
-  still fits the budget's limit, the compile does not wait: it uses the furthest cached summary
-  (a smaller shrink, or none) and makes sure a summary is on its way; only a view over the limit
-  waits for the summary in flight, then falls back to the synchronous path.
+- when the trigger is crossed and no cached summary shrinks the view under it, the compile does
+  not wait: it uses the furthest cached summary (a smaller shrink, or none) and makes sure a
+  summary is on its way; a view over the limit is left to `fit_to_budget` until it lands (with
+  `ahead_waits`, it waits for the summary in flight, then takes the synchronous path).
 
 The view stays a function of the log, the budget and the cached summaries; the background task
 only fills the cache. At most one summary is in flight per conversation (the task framing's

@@ -1,7 +1,12 @@
 """Replay recorded agent runs through every profile and compare cost and fact retention with no compaction.
 
 Usage: `python bench/replay.py [FILE_OR_DIR ...] [--window 128000 --window 32000] [--profile NAME ...]
-[--transparent] [--no-harness] [--json OUT]`
+[--transparent] [--no-harness] [--json OUT] [--summary-latency SECONDS [--request-gap SECONDS]]`
+
+`--summary-latency 1.5` adds, for the summarising presets, a replay on a virtual clock where the
+summariser takes that long per call and `--request-gap` (0.2 s) passes between requests: the
+added wait per request (p50, p95, max) and the summariser tokens spent and wasted, with summaries
+made ahead (the default) and synchronously (see `bench/summary_latency.py`).
 
 A profile may carry settings: `--profile 'coding(keep_recent=1, step=1)'`.
 
@@ -54,6 +59,7 @@ from pydantic_ai.messages import ModelMessage, ToolCallPart
 from rich.console import Console
 from rich.table import Table
 
+import summary_latency  # bench/summary_latency.py (this script's directory is on sys.path)
 from pydantic_ai_context import TiktokenCounter, available_profiles, profile
 from pydantic_ai_context.replay import (
     FactIndex,
@@ -385,6 +391,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         '--json', type=Path, metavar='OUT', help='write every number (and per-request records)'
     )
+    summary_latency.add_latency_arguments(parser, default=None)  # issue 19: see summary_latency.py
     return parser.parse_args(argv)
 
 
@@ -413,6 +420,16 @@ async def main(argv: Sequence[str] | None = None) -> int:
                 console.print(file_table(title, per_profile))
     rows = summary_rows(all_results)
     console.print(summary_table(rows))
+    if args.summary_latency is not None:  # issue 19: the wait a slow summariser adds, ahead and not
+        await summary_latency.latency_report(
+            input_files(args.paths),
+            windows=windows,
+            profiles=[n for n in names if n in summary_latency.SUMMARISING],
+            latency=args.summary_latency,
+            gap=args.request_gap,
+            console=console,
+            counter=counter,
+        )
     if args.json is not None:
         payload = {
             'cache_read_price': args.cache_read_price,

@@ -39,7 +39,11 @@ def kinds(view: list[ModelMessage]) -> list[str | None]:
 async def test_one_summary_per_shrink_down_to_the_low_water_mark() -> None:
     counter = HeuristicCounter()
     p = profile(
-        'long_horizon', context_window=WINDOW, counter=counter, summary_model=extractive_summary_model()
+        'long_horizon',
+        context_window=WINDOW,
+        counter=counter,
+        summary_model=extractive_summary_model(),
+        summary_ahead=False,  # the synchronous shrink (test_summary_ahead.py covers the other)
     )
     budget = p.budget_for(None)
     log = growing_log(80)
@@ -81,7 +85,13 @@ async def test_an_unavailable_summariser_leaves_a_marker_saying_what_was_removed
         raise RuntimeError('provider down')
 
     counter = HeuristicCounter()
-    p = profile('long_horizon', context_window=WINDOW, counter=counter, summary_model=FunctionModel(down))
+    p = profile(
+        'long_horizon',
+        context_window=WINDOW,
+        counter=counter,
+        summary_model=FunctionModel(down),
+        summary_ahead=False,
+    )
     view = await p.compile(growing_log(80))
     assert counter.count_messages(view) <= p.budget_for(None).limit
     record = next(marker(m) for m in view if kinds([m]) == ['summary'])
@@ -106,6 +116,7 @@ async def test_a_summary_far_over_the_size_asked_for_is_discarded() -> None:
         counter=counter,
         # A summary model with a window of its own (128k, by its name): the transcript fits it.
         summary_model=FunctionModel(verbose, model_name='gpt-4o'),
+        summary_ahead=False,
     )
     view = await p.compile(log.build())  # used to raise: the summary in the task framing left no room
     assert counter.count_messages(view) <= p.budget_for(None).limit
@@ -134,7 +145,9 @@ async def test_a_drop_after_a_summary_in_the_task_framing_keeps_the_summary_mark
     counter = HeuristicCounter()
     # A summary model with a window of its own (128k, by its name): the transcript fits it.
     summariser = FunctionModel(wordy, model_name='gpt-4o')
-    p = profile('long_horizon', context_window=6_000, counter=counter, summary_model=summariser)
+    p = profile(
+        'long_horizon', context_window=6_000, counter=counter, summary_model=summariser, summary_ahead=False
+    )
     view = await p.compile(h.build())
     assert 'fit_to_budget' in [e.policy for e in p.last_compile_events]
     record = marker(view[0])

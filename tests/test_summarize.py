@@ -558,6 +558,7 @@ async def test_the_summariser_reads_the_originals_of_what_the_view_masked() -> N
         counter=HeuristicCounter(),
         # A summary model of its own (128k, by its name), whose window holds the whole transcript.
         summary_model=FunctionModel(summariser, model_name='gpt-4o'),
+        summary_ahead=False,
     )
     await p.compile(h.build())
     assert prompts, 'no summary was made: the test proves nothing'

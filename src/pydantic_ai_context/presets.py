@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from .policies._frontier import Frontier
 from .policies.check import check_budget
@@ -111,6 +111,8 @@ def chat(
     summary_keep_tokens: PositiveInt | None = None,
     summary_timeout: PositiveFloat = 60.0,
     summary_cache: SummaryCache | None = None,
+    summary_ahead: bool = True,
+    summary_ahead_lead: NonNegativeFloat = 1.0,
     keep_last_steps: NonNegativeInt = 2,
     **common: Any,
 ) -> ContextProfile:
@@ -136,6 +138,12 @@ def chat(
             the trigger).
         summary_timeout: Seconds the summariser may take before the static marker is used.
         summary_cache: Where summaries are cached (share one to share summaries).
+        summary_ahead: Write the next shrink's summary in the background, so that no request
+            waits for the summariser (replay at 16k, summariser 1.5 s: see docs/sessions.md).
+        summary_ahead_lead: How early summarising ahead starts, in multiples of the room a shrink
+            leaves for recent steps, below the limit (0: at the trigger). 1.0 here: the run in
+            progress is kept out of summaries, so they come late (replay at 16k: cost -2.1%
+            against the synchronous summary, and 38% of summariser tokens wasted against 55% at 0).
         keep_last_steps: Steps `fit_to_budget` never drops.
     """
     frontier = Frontier(keep_recent=keep_recent, step=step, budget_step=budget_step)
@@ -147,6 +155,8 @@ def chat(
         keep_tokens=summary_keep_tokens,
         timeout=summary_timeout,
         cache=summary_cache,
+        ahead=summary_ahead,
+        ahead_lead=summary_ahead_lead,
     )
     steps = (
         isolate_boundaries(mode=isolate_mode),
@@ -173,6 +183,8 @@ def long_horizon(
     summary_keep_tokens: PositiveInt | None = None,
     summary_timeout: PositiveFloat = 60.0,
     summary_cache: SummaryCache | None = None,
+    summary_ahead: bool = True,
+    summary_ahead_lead: NonNegativeFloat = 0.0,
     keep_last_steps: NonNegativeInt = 2,
     **common: Any,
 ) -> ContextProfile:
@@ -205,6 +217,12 @@ def long_horizon(
             the trigger).
         summary_timeout: Seconds the summariser may take before the static marker is used.
         summary_cache: Where summaries are cached (share one to share summaries).
+        summary_ahead: Write the next shrink's summary in the background, so that no request
+            waits for the summariser (replay at 16k, summariser 1.5 s: see docs/sessions.md).
+        summary_ahead_lead: How early summarising ahead starts, in multiples of the room a shrink
+            leaves for recent steps, below the limit. 0: at the trigger, so no summary is made
+            where the synchronous path would make none (replay at 16k: 8 calls as synchronously,
+            against 13 at 1.0).
         keep_last_steps: Steps `fit_to_budget` never drops.
     """
     zero_llm = _zero_llm_chain(
@@ -226,6 +244,8 @@ def long_horizon(
         keep_tokens=summary_keep_tokens,
         timeout=summary_timeout,
         cache=summary_cache,
+        ahead=summary_ahead,
+        ahead_lead=summary_ahead_lead,
     )
     # The summariser sits between mask and fit: it only fires when the masked view is still
     # over the soft threshold, and fit stays the last resort.

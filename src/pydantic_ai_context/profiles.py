@@ -19,6 +19,7 @@ import itertools
 import logging
 import math
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -40,6 +41,7 @@ from .budget import ContextBudget, WindowSource, resolve_context_window
 from .errors import ContextBudgetExceeded, ContextSettingsError
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
 from .overhead import OverheadMemo, RequestOverhead, measure_overhead
+from .policies._summary_ahead import BackgroundSummaries
 from .readback import readback_toolset, shows_markers, with_readback_instruction
 from .request_tokens import weigh_request
 from .settings import (
@@ -170,8 +172,15 @@ class ContextProfile(AbstractCapability[Any]):
     _readback_runs: collections.OrderedDict[str, None] = field(
         default_factory=collections.OrderedDict, init=False, compare=False
     )
+    # Summaries written ahead in the background (see `policies._summary_ahead`): cancelled at the
+    # end of their run (unless a session owns them), and when the profile is collected.
+    _background: BackgroundSummaries = field(
+        default_factory=BackgroundSummaries, init=False, compare=False, repr=False
+    )
+    _background_outlives_runs: bool = field(default=False, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        weakref.finalize(self, self._background.cancel_now)  # no summary task outlives its profile
         # Settings are checked when the profile is built, not at its first model request.
         try:
             check_keywords(_common_settings_factory, self._common_values(), preset=self.name)
@@ -303,6 +312,7 @@ class ContextProfile(AbstractCapability[Any]):
             model=self.summary_model if self.summary_model is not None else model,
             log=messages,
             originals=sink,
+            background=self._background,
         )
         happened: list[CompactionEvent] = []
 
@@ -336,8 +346,36 @@ class ContextProfile(AbstractCapability[Any]):
             self._scope.seal(generation, view)
         self._set_gauge(usage, overhead)
         self._last_sent = (run_id, view)
+        await self.deliver_background_events()
         await self._dispatch(usage)
         return view
+
+    # --- summaries made ahead (see `policies._summary_ahead`) ----------------------------------
+
+    async def deliver_background_events(self) -> None:
+        """Record and send the `summary_discarded` events of summaries made ahead and never used."""
+        for event in self._background.take_events():
+            event = dataclasses.replace(event, profile=self.name)
+            self._record(event)
+            await self._dispatch(event)
+
+    async def close_background(self) -> None:
+        """Cancel the summaries this profile is writing ahead; report the unused ones as discarded.
+
+        A run's tasks end with the run (the capability) and a session's when it closes; call this
+        when a profile used through `compile` alone (a replay, a custom loop) is done.
+        """
+        await self._background.close()
+        await self.deliver_background_events()
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
+        """pydantic-ai 2.x: the run's summary in flight is cancelled when the run ends."""
+        try:
+            return await handler()
+        finally:
+            if not self._background_outlives_runs:
+                await self._background.end_run(getattr(ctx, 'run_id', None))
+                await self.deliver_background_events()
 
     def _measure_overhead(
         self, messages: Sequence[ModelMessage], ctx: Any, counter: TokenCounter, parameters: Any

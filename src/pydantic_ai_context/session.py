@@ -139,6 +139,9 @@ class ContextSession:
         # by what its messages hold (a converted chat that opens like another carries no id).
         self.profile._archive = ContextArchive(self.profile.readback_store, conversation=self.session_id)
         """The session's own copy of the profile; its summarising steps cache through the store."""
+        # Summaries made ahead belong to the session, not to one run: one may be written between
+        # turns, while the user types. `close` cancels them.
+        self.profile._background_outlives_runs = True
         self._log: list[ModelMessage] = []
         self._lock = asyncio.Lock()
 
@@ -278,6 +281,7 @@ class ContextSession:
                 log=log,
                 # The view may be sent anywhere: keep every original its markers name.
                 originals=self.profile.archive.sink(log, results=True) if self.profile.readback else None,
+                background=self.profile._background,
             )
             view = await compile_view(
                 log,
@@ -286,8 +290,25 @@ class ContextSession:
                 on_event=self._on_event,
                 count_tokens=bool(self.profile.event_handlers),
             )
+            await self.profile.deliver_background_events()
             await self._persist_summaries()
             return view
+
+    async def close(self) -> None:
+        """Cancel the summary the session is writing ahead (if any) and keep what was made.
+
+        Unused summaries made ahead are reported as `summary_discarded` events. The log is already
+        stored; a closed session may still be used (it summarises synchronously until it
+        writes ahead again). `async with session:` closes it on exit.
+        """
+        await self.profile.close_background()
+        await self._persist_summaries()
+
+    async def __aenter__(self) -> ContextSession:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
     async def _on_event(self, event: CompactionEvent) -> None:
         event = dataclasses.replace(event, profile=self.profile.name)

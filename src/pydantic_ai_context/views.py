@@ -216,6 +216,9 @@ class CompileContext:
     """The canonical log this view is compiled from."""
     originals: OriginalsSink | None = None
     """Where policies keep what their markers replace, for `read_context` (set by a profile with read-back)."""
+    background: Any = None
+    """The profile's `BackgroundSummaries`, where a summarising policy writes summaries ahead (see
+    `SummarizeWindow.ahead`); `None`: every summary is made in the compile that needs it."""
     _notes: list[str] = dataclasses.field(default_factory=list[str], repr=False)
     _details: dict[str, Any] = dataclasses.field(default_factory=dict[str, Any], repr=False)
 

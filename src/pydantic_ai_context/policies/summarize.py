@@ -42,6 +42,7 @@ from pydantic_ai_context import _parts
 from pydantic_ai_context._memo import ObjectMemo
 from pydantic_ai_context.budget import resolve_context_window
 from pydantic_ai_context.integrity import safe_cut_points
+from pydantic_ai_context.policies import _summary_ahead
 from pydantic_ai_context.policies._base import AsyncPolicy
 from pydantic_ai_context.policies._frontier import unresolved_failures
 from pydantic_ai_context.policies._summary_block import (
@@ -215,6 +216,23 @@ class SummarizeWindow(AsyncPolicy):
     """Time source for the circuit breaker (inject a fake one in tests)."""
     cache: SummaryCache = field(default_factory=InMemorySummaryCache)
     """Where summaries are kept by digest; share one cache between profiles to share summaries."""
+    ahead: bool = False
+    """Summarise ahead, in the background (on in every summarising preset): from `ahead_lead` on,
+    the next shrink's summary is written while the model answers, and no request waits for the
+    summariser. Needs a profile (its background tasks)
+    and a budget; see `pydantic_ai_context.policies._summary_ahead`."""
+    ahead_waits: bool = False
+    """With `ahead`: when the view is over the limit and no summary has landed yet, wait for the one in
+    flight (or make one, as without `ahead`). `False` (the presets, whose `fit_to_budget` follows):
+    never wait; the oldest steps are dropped from the views sent until the summary lands."""
+    ahead_lead: float = 0.0
+    """How early a summary ahead starts. 0: when the view crosses the trigger (the summariser is never
+    called where the synchronous path would not call it; the band between the trigger and the limit
+    is its time). More: once the view is within this many times the room a shrink leaves for the
+    recent steps (the low-water mark less the task framing and the summary) of the limit; started
+    there with 1.0 the summary still brings the view back to the low-water mark when it reaches
+    the limit. Earlier gives a slow summariser more time, for smaller shrinks and summaries made
+    for runs that end before they are needed."""
 
     _breaker: CircuitBreaker = field(default_factory=CircuitBreaker, init=False, repr=False, compare=False)
     _digests: ObjectMemo[str] = field(default_factory=ObjectMemo[str], init=False, repr=False, compare=False)
@@ -230,6 +248,8 @@ class SummarizeWindow(AsyncPolicy):
             raise ValueError(f'low_water must be in (0, 1), got {self.low_water}')
         if not 0 < self.summary_share < 1:
             raise ValueError(f'summary_share must be in (0, 1), got {self.summary_share}')
+        if self.ahead_lead < 0:
+            raise ValueError(f'ahead_lead must be >= 0, got {self.ahead_lead}')
 
     # --- deciding ---------------------------------------------------------------------------
 
@@ -369,18 +389,28 @@ class SummarizeWindow(AsyncPolicy):
         if len(messages) < 3 or not isinstance(messages[-1], ModelRequest):
             return messages
         why = self._fires(messages, context)
+        model = self.summary_model if self.summary_model is not None else context.model
         if why is None:
+            if self.ahead:  # --- summary ahead (see _summary_ahead) ---
+                _summary_ahead.start_if_due(self, messages, None, model, context)
             return messages
         zones = find_zones(messages)
         if zones is None:
             return messages
-        model = self.summary_model if self.summary_model is not None else context.model
         reuse: tuple[int, str] | None = None
         if self._plans_by_budget(context):
             planned = self._plan_shrink(messages, zones, model, context)
             if planned is None:
                 return messages
             end, reuse = planned
+            if self.ahead and reuse is not None:  # --- summary ahead: the next one, in time ---
+                _summary_ahead.start_if_due(self, messages, zones, model, context)
+            elif self.ahead:  # --- summary ahead: no wait while the view fits ---
+                instead = await _summary_ahead.instead_of_waiting(self, messages, zones, model, context)
+                if instead == _summary_ahead.KEEP:
+                    return messages
+                if instead is not None:
+                    end, reuse = instead[0], instead
         else:
             end = self._span_end(messages, zones, context)
         unresolved = unresolved_failures(messages)
@@ -402,6 +432,8 @@ class SummarizeWindow(AsyncPolicy):
             text, status = reuse[1], 'summary'
         else:
             text, status = await self._summary(messages, zones, end, model, context, why)
+        if self.ahead:  # --- summary ahead: report the usage of the summaries made ahead ---
+            _summary_ahead.settle(self, messages, zones, end, model, context)
         return assemble_block(
             messages, zones, end, kept, text, status, self.role, originals=context.originals
         )
@@ -426,7 +458,12 @@ class SummarizeWindow(AsyncPolicy):
         )
 
     def _candidates(
-        self, messages: Sequence[ModelMessage], zones: Zones, context: CompileContext
+        self,
+        messages: Sequence[ModelMessage],
+        zones: Zones,
+        context: CompileContext,
+        *,
+        enter_run: bool = False,
     ) -> list[int]:
         """Where the summarised span may end: safe cut points on whole steps from the head (in log
         positions, so they depend on the log alone), before the current run when it is kept.
@@ -439,7 +476,7 @@ class SummarizeWindow(AsyncPolicy):
         over_limit = (
             context.budget is not None and context.counter.count_messages(messages) > context.budget.limit
         )
-        if self.keep_current_run and not over_limit:
+        if self.keep_current_run and not (over_limit or enter_run):  # enter_run: a summary ahead
             run = current_run(messages, run_id=context.run_id)
             if run is not None:
                 limit = min(limit, run.start)

@@ -1,0 +1,529 @@
+"""Summaries made ahead: the next shrink's summary is written in the background, before it is needed.
+
+Without this, the compile of the request that crosses the trigger calls the summariser and that
+request waits for it. With it (`SummarizeWindow(ahead=True)`, on in every summarising preset):
+
+- when the view (with the summaries already cached applied) crosses the trigger, or earlier with
+  `ahead_lead` (within that many times the room a shrink leaves for the recent steps of the
+  limit), the span the next shrink will cover is summarised in a background task, while the model
+  answers and the tools run. The span is planned so that, used when the view reaches the limit,
+  the summary shrinks it to the low-water mark;
+- the summary lands in the summary cache under the key the synchronous path would use, so the
+  compile that crosses the trigger finds it there (`_walk_chain`) and makes no call;
+- when the trigger is crossed and no cached summary shrinks the view under it, the compile does
+  not wait: it uses the furthest cached summary (a smaller shrink, or none) and makes sure a
+  summary is on its way; a view over the limit is left to `fit_to_budget` until it lands (with
+  `ahead_waits`, it waits for the summary in flight, then takes the synchronous path).
+
+The view stays a function of the log, the budget and the cached summaries; the background task
+only fills the cache. At most one summary is in flight per conversation (the task framing's
+digest names it). Tasks belong to their profile's `BackgroundSummaries`: they are cancelled when
+their run ends (the capability's `wrap_run`), when the session closes, when the profile is
+garbage-collected, and at interpreter exit. A summary made and never used is reported as a
+`CompactionEvent` whose reason starts with `summary_discarded` (with its tokens); a failure is
+logged and counted, never raised into the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from pydantic_ai.messages import ModelMessage
+
+from pydantic_ai_context.events import CompactionEvent
+from pydantic_ai_context.policies._summary_block import ACK_TEXT, SUMMARY_PREFIX, Zones, digest_text
+from pydantic_ai_context.views import CompileContext
+
+if TYPE_CHECKING:
+    from pydantic_ai_context.policies.summarize import SummarizeWindow
+
+__all__ = ('KEEP', 'BackgroundSummaries', 'instead_of_waiting', 'settle', 'start_if_due')
+
+logger = logging.getLogger('pydantic_ai_context.summary_ahead')
+
+KEEP: Final = (-1, '')
+"""`instead_of_waiting`'s answer for "send the view as it is" (no summary to add)."""
+
+_MIN_TAIL_SHARE: Final = 0.1
+_REGISTRIES: weakref.WeakSet[BackgroundSummaries] = weakref.WeakSet()
+
+
+@dataclass
+class _Pending:
+    task: asyncio.Task[None] | None
+    conversation: str
+    run_id: str | None
+    cache_key: str
+    start_log: int
+    end_log: int
+    base_digest: str | None
+    estimate: int
+    """Input tokens of the call, estimated (reported if it is cancelled mid-call)."""
+    policy: str
+
+
+@dataclass
+class _Made:
+    input_tokens: int
+    output_tokens: int
+    run_id: str | None
+    covers: int
+    policy: str
+
+
+@dataclass(eq=False)
+class BackgroundSummaries:
+    """The summaries one profile writes ahead, in the background: at most one in flight per conversation.
+
+    A profile owns one (a `ContextSession` its copy's); policies reach it through
+    `CompileContext.background`. `stats()` counts what happened.
+    """
+
+    _pending: dict[str, _Pending] = field(default_factory=dict[str, _Pending])
+    _made: dict[str, _Made] = field(default_factory=dict[str, _Made])
+    _events: list[CompactionEvent] = field(default_factory=list[CompactionEvent])
+    _counts: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ('started', 'made', 'used', 'discarded', 'failed', 'cancelled', 'waited'), 0
+        )
+    )
+    waited_seconds: float = 0.0
+    """Seconds compiles spent waiting for a summary in flight (only a view over the limit waits)."""
+
+    def __post_init__(self) -> None:
+        _REGISTRIES.add(self)
+
+    def stats(self) -> dict[str, int]:
+        """Summaries started, made, used, discarded, failed and cancelled; compiles that waited."""
+        return dict(self._counts)
+
+    def pending(self) -> int:
+        """Summaries in flight."""
+        return sum(1 for p in self._pending.values() if p.task is not None and not p.task.done())
+
+    def take_events(self) -> list[CompactionEvent]:
+        """The `summary_discarded` events not yet delivered (the profile sends them to its handlers)."""
+        events, self._events = self._events, []
+        return events
+
+    # --- starting and finishing ---------------------------------------------------------------
+
+    def _start(
+        self,
+        policy: SummarizeWindow,
+        pending: _Pending,
+        messages: Sequence[ModelMessage],
+        zones: Zones,
+        end: int,
+        model: Any,
+        context: CompileContext,
+    ) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover - compiles always run in a loop
+            return
+        own = dataclasses.replace(context, originals=None, _notes=[], _details={})
+        self._pending[pending.conversation] = pending
+        self._counts['started'] += 1
+        pending.task = loop.create_task(self._run(policy, pending, list(messages), zones, end, model, own))
+        pending.task.add_done_callback(lambda task: self._finished(pending, task))
+
+    def _finished(self, pending: _Pending, task: asyncio.Task[None]) -> None:
+        # A done callback, so that a task cancelled before it ever ran is accounted for too.
+        if self._pending.get(pending.conversation) is pending:
+            del self._pending[pending.conversation]
+        if task.cancelled():
+            self._counts['cancelled'] += 1
+            self._discard(
+                pending.policy,
+                pending.run_id,
+                pending.estimate,
+                0,
+                'cancelled while the summariser was writing it (input tokens estimated)',
+            )
+
+    async def _run(
+        self,
+        policy: SummarizeWindow,
+        pending: _Pending,
+        messages: list[ModelMessage],
+        zones: Zones,
+        end: int,
+        model: Any,
+        context: CompileContext,
+    ) -> None:
+        try:
+            text, status = await policy._summary(messages, zones, end, model, context, 'summarised ahead')
+            details = context._details
+            calls = int(details.get('summary_calls') or 0)
+            tokens_in = int(details.get('summary_input_tokens') or 0)
+            tokens_out = int(details.get('summary_output_tokens') or 0)
+            if status == 'summary' and calls:
+                self._made[digest_text(text)] = _Made(
+                    tokens_in, tokens_out, pending.run_id, pending.end_log - zones.head_log, pending.policy
+                )
+                self._counts['made'] += 1
+            elif status != 'summary':
+                self._counts['failed'] += 1
+                logger.warning('a summary made ahead failed (%s); the trigger will summarise', context._notes)
+                if calls or tokens_in:
+                    self._discard(
+                        pending.policy, pending.run_id, tokens_in, tokens_out, 'the summary was rejected'
+                    )
+        except Exception:
+            self._counts['failed'] += 1
+            logger.exception('a summary made ahead failed; the run goes on')
+
+    def _discard(self, policy: str, run_id: str | None, tokens_in: int, tokens_out: int, why: str) -> None:
+        self._counts['discarded'] += 1
+        self._events.append(
+            CompactionEvent(
+                policy=policy,
+                reason=f'summary_discarded: {why}',
+                messages_before=0,
+                messages_after=0,
+                details={
+                    'summary_discarded': 1,
+                    'summary_calls': 1,
+                    'summary_input_tokens': tokens_in,
+                    'summary_output_tokens': tokens_out,
+                },
+                run_id=run_id,
+            )
+        )
+
+    def _drop_made(self, run_id: str | None, *, every: bool, why: str) -> None:
+        for digest, made in list(self._made.items()):
+            if every or made.run_id == run_id:
+                del self._made[digest]
+                self._discard(made.policy, made.run_id, made.input_tokens, made.output_tokens, why)
+
+    async def end_run(self, run_id: str | None) -> None:
+        """The run ended: cancel its summary in flight, report its unused summaries as discarded."""
+        tasks = [p.task for p in self._pending.values() if p.run_id == run_id and p.task is not None]
+        await _cancel(tasks)
+        self._drop_made(run_id, every=False, why='made ahead, unused when its run ended')
+
+    async def close(self) -> None:
+        """Cancel every summary in flight and report every unused one as discarded (session close, replay end)."""
+        await _cancel([p.task for p in self._pending.values() if p.task is not None])
+        self._drop_made(None, every=True, why='made ahead, never used')
+
+    def cancel_now(self) -> None:
+        """Cancel every task without waiting (the profile was garbage-collected, the interpreter exits)."""
+        for pending in list(self._pending.values()):
+            task = pending.task
+            if task is not None and not task.done():
+                with contextlib.suppress(RuntimeError):  # its loop is closed: nothing runs it any more
+                    task.cancel()
+
+    def _used(self, text: str, context: CompileContext) -> None:
+        made = self._made.pop(digest_text(text), None)
+        if made is None:
+            return
+        self._counts['used'] += 1
+        details = context._details
+        context.note(
+            f'used the summary of {made.covers} messages made ahead',
+            summary_ahead=int(details.get('summary_ahead', 0)) + 1,
+            summary_calls=int(details.get('summary_calls', 0)) + 1,
+            summary_input_tokens=int(details.get('summary_input_tokens', 0)) + made.input_tokens,
+            summary_output_tokens=int(details.get('summary_output_tokens', 0)) + made.output_tokens,
+        )
+
+
+async def _cancel(tasks: Sequence[asyncio.Task[None]]) -> None:
+    live = [t for t in tasks if not t.done()]
+    for task in live:
+        task.cancel()
+    if live:
+        await asyncio.gather(*live, return_exceptions=True)
+
+
+@atexit.register
+def _cancel_at_exit() -> None:
+    """No summary task is left pending at interpreter exit: cancel them and let their loop finish them."""
+    for registry in list(_REGISTRIES):
+        tasks = [p.task for p in registry._pending.values() if p.task is not None and not p.task.done()]
+        for task in tasks:
+            loop = task.get_loop()
+            with contextlib.suppress(RuntimeError):
+                task.cancel()
+                if not loop.is_closed() and not loop.is_running():
+                    loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+
+
+# --- what the policy asks ------------------------------------------------------------------------
+
+
+@dataclass
+class _Chain:
+    start: int
+    previous: str | None
+    projected: int
+    """Tokens of the view with the furthest cached summary applied."""
+
+
+def _conversation(policy: SummarizeWindow, zones: Zones) -> str:
+    running = hashlib.sha256()
+    for message in zones.head:
+        running.update(policy._message_digest(message).encode())
+    return running.hexdigest()
+
+
+def _fixed(zones: Zones, context: CompileContext) -> int:
+    counter = context.counter
+    return counter.count_messages(zones.head) + counter.count_text(SUMMARY_PREFIX + ACK_TEXT) + 8
+
+
+def _chain(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    model: Any,
+    context: CompileContext,
+) -> _Chain:
+    candidates = policy._candidates(messages, zones, context)
+    size = policy._summary_tokens(context, zones)
+    start, previous, _ = policy._walk_chain(messages, zones, candidates, model, size)
+    if start <= zones.start:
+        return _Chain(zones.start, zones.previous, context.counter.count_messages(messages))
+    counter = context.counter
+    projected = (
+        _fixed(zones, context) + counter.count_text(previous or '') + counter.count_messages(messages[start:])
+    )
+    return _Chain(start, previous, projected)
+
+
+def _marks(policy: SummarizeWindow, context: CompileContext) -> tuple[int, int, int] | None:
+    """(low-water mark, trigger, limit) in tokens, when the policy plans shrinks by the budget."""
+    budget = context.budget
+    if not policy._plans_by_budget(context) or budget is None or policy.low_water is None:
+        return None
+    high = policy._trigger_tokens(context) or budget.limit
+    low = int(budget.limit * policy.low_water)
+    if high <= low:
+        return None
+    return low, high, budget.limit
+
+
+def start_if_due(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    zones: Zones | None,
+    model: Any,
+    context: CompileContext,
+) -> None:
+    """Start summarising the next shrink's span in the background, when the view is past the ahead mark.
+
+    The mark: `ahead_lead` times the room a shrink leaves for the recent steps (the low-water mark
+    less the task framing and the summary) below the limit, and never past the trigger. Started
+    there with `ahead_lead=1`, a summary of everything but the newest step shrinks the view to
+    the low-water mark when the view reaches the limit, however late the summary lands before
+    that; a larger lead starts earlier, for a slower summariser, at the price of smaller shrinks
+    (more summaries).
+    """
+    registry = context.background
+    marks = _marks(policy, context)
+    if registry is None or marks is None or model is None:
+        return
+    low, high, limit = marks
+    counter = context.counter
+    if counter.count_messages(messages) <= low:
+        return  # the view sent is never larger than the input
+    if zones is None:
+        from pydantic_ai_context.policies._summary_block import find_zones
+
+        zones = find_zones(messages)
+        if zones is None:
+            return
+    conversation = _conversation(policy, zones)
+    found = registry._pending.get(conversation)
+    if found is not None and found.task is not None and not found.task.done():
+        return  # at most one in flight per conversation
+    chain = _chain(policy, messages, zones, model, context)
+    size = policy._summary_tokens(context, zones)
+    asked = size or 0
+    fixed = _fixed(zones, context)
+    planned = counter.count_text(chain.previous) if chain.previous else asked // 2
+    room = low - fixed - planned
+    if high - fixed - asked < limit * _MIN_TAIL_SHARE:
+        return  # no summary would be made at the trigger either
+    if chain.projected < min(high, limit - int(max(room, 0) * policy.ahead_lead)):
+        return  # not yet: the cached summaries keep the view far enough from the limit
+    # The view sent (the cached summaries applied) grows until it reaches the limit: plan the
+    # span so that the view then shrinks to the low-water mark.
+    target = low - max(0, limit - chain.projected)
+    end = _span_end(policy, messages, zones, context, chain.start, target - fixed - planned)
+    if end is None:
+        return
+    furthest = policy._candidates(messages, zones, context, enter_run=True)
+    if furthest and fixed + asked + counter.count_messages(messages[furthest[-1] :]) > limit:
+        return  # no summary makes the view fit: the trigger leaves the steps to fit_to_budget too
+    base_digest = digest_text(chain.previous) if chain.previous else None
+    if chain.start == zones.start:
+        base_digest = zones.previous_digest
+    key = policy._key(messages, chain.start, end, base_digest, model, size)
+    if policy.cache.get(key) is not None:
+        return  # made already (or rejected before)
+    pending = _Pending(
+        task=None,
+        conversation=conversation,
+        run_id=context.run_id,
+        cache_key=key,
+        start_log=zones.log_index(chain.start),
+        end_log=zones.log_index(end),
+        base_digest=base_digest,
+        estimate=counter.count_messages(messages[chain.start : end])
+        + counter.count_text(chain.previous or ''),
+        policy=policy.name,
+    )
+    registry._start(policy, pending, messages, zones, end, model, context)
+
+
+def _span_end(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    context: CompileContext,
+    start: int,
+    tail_room: int,
+) -> int | None:
+    """The first candidate end whose tail fits `tail_room`, else the furthest one. A current run
+    kept out of summaries is entered (as the trigger will once the view is over the limit) only
+    when the steps before it cannot make room."""
+    counter = context.counter
+    ends: list[int] = []
+    for enter_run in (False, True):
+        ends = [e for e in policy._candidates(messages, zones, context, enter_run=enter_run) if e > start]
+        if not ends:
+            if policy.keep_current_run and not enter_run:
+                continue
+            return None
+        suffix = 0
+        fitting = None
+        for at in range(len(ends) - 1, -1, -1):
+            suffix += counter.count_messages(
+                messages[ends[at] : ends[at + 1] if at + 1 < len(ends) else None]
+            )
+            if suffix > tail_room:
+                break
+            fitting = ends[at]
+        if fitting is not None:
+            return fitting
+        if not policy.keep_current_run:
+            break
+    return ends[-1] if ends else None
+
+
+async def instead_of_waiting(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    model: Any,
+    context: CompileContext,
+) -> tuple[int, str] | None:
+    """At the trigger, when no cached summary shrinks the view under it: what to send without waiting.
+
+    `(end, text)`: reuse the furthest cached summary (a smaller shrink); `KEEP`: send the view as
+    it is; `None`: take the synchronous path. A summary is always on its way when this returns.
+    A view over the limit does not wait either (the next steps, `fit_to_budget`, drop its oldest
+    steps until the summary lands) unless `policy.ahead_waits`: then it waits for the summary in
+    flight, and makes one synchronously if none is.
+    """
+    registry = context.background
+    budget = context.budget
+    if registry is None or budget is None or _marks(policy, context) is None or model is None:
+        return None
+    conversation = _conversation(policy, zones)
+    chain = _chain(policy, messages, zones, model, context)
+    pending = registry._pending.get(conversation)
+    live = pending is not None and pending.task is not None and not pending.task.done()
+    if (
+        live
+        and pending is not None
+        and not _still_prefix(policy, pending, messages, zones, chain, model, context)
+    ):
+        assert pending.task is not None
+        await _cancel([pending.task])  # the log changed under it: plan the span again
+        pending = None
+    over = chain.projected > budget.limit
+    if over and policy.ahead_waits:
+        if pending is None or pending.task is None:
+            return None
+        started = time.perf_counter()
+        await asyncio.wait({pending.task})
+        registry._counts['waited'] += 1
+        registry.waited_seconds += time.perf_counter() - started
+        chain = _chain(policy, messages, zones, model, context)
+        if chain.projected > budget.limit:
+            return None
+    start_if_due(policy, messages, zones, model, context)
+    if over and not policy.ahead_waits:
+        context.note('a summary is on its way; until it lands, the view is over the limit', summary_pending=1)
+    if chain.start > zones.start and chain.previous is not None:
+        return chain.start, chain.previous
+    return KEEP
+
+
+def _still_prefix(
+    policy: SummarizeWindow,
+    pending: _Pending,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    chain: _Chain,
+    model: Any,
+    context: CompileContext,
+) -> bool:
+    """Whether the summary in flight still covers a prefix of what the next shrink compacts."""
+    start, end = zones.input_index(pending.start_log), zones.input_index(pending.end_log)
+    if start != chain.start or not start < end <= len(messages):
+        return False
+    base = (
+        digest_text(chain.previous) if chain.previous and chain.start > zones.start else zones.previous_digest
+    )
+    if base != pending.base_digest:
+        return False
+    size = policy._summary_tokens(context, zones)
+    return policy._key(messages, start, end, base, model, size) == pending.cache_key
+
+
+def settle(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    end: int,
+    model: Any,
+    context: CompileContext,
+) -> None:
+    """The view now holds the summary up to `end`: the summaries made ahead on its chain were used
+    (their usage is noted on this compile, as if it had made them)."""
+    registry = context.background
+    if registry is None or not registry._made:
+        return
+    size = policy._summary_tokens(context, zones)
+    ends = policy._step_ends(messages, zones, end)
+    start, previous_digest = zones.start, zones.previous_digest
+    while start < end:
+        keys = policy._keys(messages, start, [e for e in ends if e > start], previous_digest, model, size)
+        found = None
+        for candidate in sorted(keys, reverse=True):
+            text = policy.cache.get(keys[candidate])
+            if text:
+                found = (candidate, text)
+                break
+        if found is None:
+            return
+        start, text = found
+        registry._used(text, context)
+        previous_digest = digest_text(text)

@@ -1,0 +1,327 @@
+"""Issue 19: the next shrink's summary is written ahead, in the background; no request waits for it."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import UsageLimits
+
+from pydantic_ai_context import ContextProfile, HeuristicCounter, profile
+from pydantic_ai_context._parts import marker
+from pydantic_ai_context.policies.summarize import SummarizeWindow
+from pydantic_ai_context.policies.summary_cache import InMemorySummaryCache
+from pydantic_ai_context.replay import extractive_summary_model
+from pydantic_ai_context.session import ContextSession
+
+from .test_shrink import WINDOW, growing_log
+
+extractive: Any = extractive_summary_model().function
+
+
+def slow_summariser(seconds: float, calls: list[float] | None = None) -> FunctionModel:
+    """The deterministic extractive summariser, taking `seconds` per call."""
+
+    async def summarise(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if calls is not None:
+            calls.append(time.perf_counter())
+        await asyncio.sleep(seconds)
+        response: ModelResponse = extractive(messages, info)
+        return response
+
+    return FunctionModel(summarise, model_name='slow-summariser')
+
+
+def has_summary(view: list[ModelMessage]) -> bool:
+    return any((marker(m) or {}).get('kind') == 'summary' for m in view)
+
+
+def summarising(p: ContextProfile) -> SummarizeWindow:
+    return next(s for s in p.steps if isinstance(s, SummarizeWindow))
+
+
+async def until_pending(p: ContextProfile, log: list[ModelMessage]) -> int:
+    """Compile growing prefixes of `log` until a summary is in flight; the prefix length."""
+    for end in range(3, len(log) + 1, 2):
+        await p.compile(log[:end])
+        if p._background.pending():
+            return end
+    raise AssertionError('no summary was started ahead')
+
+
+def test_the_summarising_presets_summarise_ahead_by_default() -> None:
+    for name in ('chat', 'long_horizon'):
+        assert summarising(profile(name)).ahead
+        assert not summarising(profile(name, summary_ahead=False)).ahead
+    with pytest.raises(ValueError, match='ahead_lead'):
+        SummarizeWindow(ahead=True, ahead_lead=-1)
+
+
+# --- a live agent: no model request waits for the summariser ------------------------------------
+
+
+async def live_gaps(*, ahead: bool, latency: float) -> tuple[list[float], ContextProfile, int]:
+    """Run an agent whose tools take 50 ms; return the wall time from each tool result to the next
+    model request, the profile, and the largest request the model received (in tokens)."""
+    counter = HeuristicCounter()
+    p = profile(
+        'long_horizon',
+        context_window=WINDOW,
+        counter=counter,
+        summary_model=slow_summariser(latency),
+        summary_ahead=ahead,
+    )
+    returned: list[float] = []
+    gaps: list[float] = []
+    largest = 0
+    source = growing_log(60)
+    outputs = [p.content for m in source for p in m.parts if getattr(p, 'part_kind', '') == 'tool-return']
+
+    async def read_file(path: str) -> str:
+        """Read a file."""
+        await asyncio.sleep(0.05)  # the tool's own time: the summary ahead runs meanwhile
+        returned.append(time.perf_counter())
+        return str(outputs[int(path.rsplit('_', 1)[1].split('.')[0])])
+
+    steps = iter(range(1_000))
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        nonlocal largest
+        if returned:
+            gaps.append(time.perf_counter() - returned[-1])
+            returned.clear()
+        largest = max(largest, counter.count_messages(messages))
+        step = next(steps)  # the view the model receives is compacted: count its requests here
+        if step >= 60:
+            return ModelResponse(parts=[TextPart('Done.')])
+        return ModelResponse(
+            parts=[
+                TextPart(f'Reading part {step}. ' + 'I will keep track of the call sites as I go. ' * 8),
+                ToolCallPart('read_file', {'path': f'src/store/part_{step}.py'}, tool_call_id=f'c{step}'),
+            ]
+        )
+
+    agent = Agent(FunctionModel(model), tools=[read_file], capabilities=[p])
+    await agent.run(
+        'Port the storage layer to the new API; keep every test green.',
+        usage_limits=UsageLimits(request_limit=None),
+    )
+    return gaps, p, largest
+
+
+async def test_no_model_request_waits_for_a_slow_summariser() -> None:
+    latency = 1.0
+    gaps, p, largest = await live_gaps(ahead=True, latency=latency)
+    stats = p._background.stats()
+    assert stats['made'] >= 1, stats  # summaries are still made ...
+    assert stats['used'] >= 1, stats  # ... and used
+    assert any(e.details.get('summary_ahead') for e in p.events)
+    assert max(gaps) < latency / 2, sorted(gaps)[-5:]  # wall time under load: far below one call
+    assert largest <= p.budget_for(None).limit
+    assert p._background.pending() == 0  # the run's task ended with the run
+
+    # Without it, the request that crosses the trigger waits for the whole call.
+    sync_gaps, sync_profile, _ = await live_gaps(ahead=False, latency=latency)
+    assert max(sync_gaps) >= latency
+    assert sync_profile._background.stats()['started'] == 0
+
+
+# --- cancellation -------------------------------------------------------------------------------
+
+
+async def test_the_run_end_cancels_its_summary_in_flight_and_reports_it_discarded() -> None:
+    p = profile(
+        'long_horizon', context_window=WINDOW, counter=HeuristicCounter(), summary_model=slow_summariser(30)
+    )
+    source = growing_log(200)
+    outputs = [q.content for m in source for q in m.parts if getattr(q, 'part_kind', '') == 'tool-return']
+
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return str(outputs[int(path.rsplit('_', 1)[1].split('.')[0])])
+
+    steps = iter(range(1_000))
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step = next(steps)
+        if p._background.pending() or step >= 200:
+            return ModelResponse(parts=[TextPart('Done.')])
+        return ModelResponse(
+            parts=[ToolCallPart('read_file', {'path': f'src/store/part_{step}.py'}, tool_call_id=f'c{step}')]
+        )
+
+    agent = Agent(FunctionModel(model), tools=[read_file], capabilities=[p])
+    started = time.perf_counter()
+    result = await agent.run('Port the storage layer.', usage_limits=UsageLimits(request_limit=None))
+    assert time.perf_counter() - started < 10  # the 30 s summary did not hold the run
+    assert p._background.pending() == 0
+    assert p._background.stats()['cancelled'] == 1
+    discarded = [e for e in p.events if e.details.get('summary_discarded')]
+    assert len(discarded) == 1
+    assert discarded[0].reason.startswith('summary_discarded: cancelled')
+    assert discarded[0].summary_input_tokens > 0
+    assert discarded[0].run_id == result.run_id
+
+
+async def test_a_collected_profile_cancels_its_summary_in_flight() -> None:
+    p = profile(
+        'long_horizon', context_window=WINDOW, counter=HeuristicCounter(), summary_model=slow_summariser(30)
+    )
+    await until_pending(p, growing_log(60))
+    (task,) = [q.task for q in p._background._pending.values()]
+    assert task is not None
+    del p
+    gc.collect()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert task.cancelled()
+
+
+async def test_closing_the_session_cancels_its_summary_in_flight() -> None:
+    base = profile(
+        'long_horizon', context_window=WINDOW, counter=HeuristicCounter(), summary_model=slow_summariser(30)
+    )
+    log = growing_log(60)
+    async with ContextSession(profile=base) as session:
+        for end in range(3, len(log) + 1, 2):
+            await session.set_messages(log[:end])
+            await session.messages_for_request()
+            if session.profile._background.pending():
+                break
+        assert session.profile._background.pending() == 1
+        (task,) = [q.task for q in session.profile._background._pending.values()]
+    assert task is not None
+    assert task.cancelled()
+    assert session.profile._background.pending() == 0
+    assert [e for e in base.events if e.details.get('summary_discarded')]  # recorded on the user's profile
+
+
+async def test_a_session_keeps_its_summary_in_flight_between_turns() -> None:
+    calls: list[float] = []
+    base = profile(
+        'long_horizon',
+        context_window=WINDOW,
+        counter=HeuristicCounter(),
+        summary_model=slow_summariser(0.05, calls),
+    )
+    session = ContextSession(profile=base)
+
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart('Noted. ' + 'I will keep track of the call sites. ' * 30)])
+
+    agent = Agent(FunctionModel(reply))
+    for turn in range(40):
+        await session.run(agent, f'Part {turn}: ' + 'the storage layer keeps rows in pages. ' * 40)
+        if session.profile._background.pending():
+            break
+    assert session.profile._background.pending() == 1  # the run ended; the session's task did not
+    await asyncio.sleep(0.3)  # the user is typing
+    assert session.profile._background.stats()['made'] == 1
+    await session.close()
+
+
+async def test_a_failing_summariser_is_logged_and_counted_never_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise RuntimeError('the summariser is down')
+
+    p = profile(
+        'long_horizon',
+        context_window=WINDOW,
+        counter=HeuristicCounter(),
+        summary_model=FunctionModel(broken, model_name='broken'),
+    )
+    log = growing_log(80)
+    with caplog.at_level(logging.WARNING, logger='pydantic_ai_context.summary_ahead'):
+        for end in range(3, len(log) + 1, 2):
+            view = await p.compile(log[:end])
+            await asyncio.sleep(0)
+            assert view[-1] is log[end - 1]
+    assert p._background.stats()['failed'] >= 1
+    assert p._background.pending() == 0
+    assert 'a summary made ahead failed' in caplog.text
+
+
+# --- the view does not depend on when the summary was made --------------------------------------
+
+
+async def test_the_view_is_the_same_whether_the_summary_came_ahead_or_synchronously() -> None:
+    cache = InMemorySummaryCache()
+    ahead = profile(
+        'long_horizon',
+        context_window=WINDOW,
+        counter=HeuristicCounter(),
+        summary_model=slow_summariser(0.01),
+        summary_cache=cache,
+    )
+    log = growing_log(80)
+    same = on_its_way = 0
+    for end in range(3, len(log) + 1, 2):
+        view = await ahead.compile(log[:end])
+        # A profile that never summarises ahead, on a copy of the same cached summaries.
+        copied = InMemorySummaryCache()
+        for key, text in cache._entries.items():
+            copied.put(key, text)
+        sync = profile(
+            'long_horizon',
+            context_window=WINDOW,
+            counter=HeuristicCounter(),
+            summary_model=slow_summariser(0.01),
+            summary_cache=copied,
+            summary_ahead=False,
+        )
+        synchronous = await sync.compile(log[:end])
+        if [e for e in sync.events if e.summary_calls]:
+            # The synchronous profile had to summarise: the summary ahead was still on its way,
+            # and the view was sent without it (the only case where the two differ).
+            on_its_way += 1
+        else:
+            assert synchronous == view
+            same += has_summary(view)
+        await asyncio.sleep(0.05)  # the next request comes later: the summary ahead lands
+    assert same >= 10
+    assert on_its_way <= ahead._background.stats()['made']  # one request per summary, at most
+    assert ahead._background.stats()['used'] >= 2
+
+
+# --- the replay benchmark's virtual clock -------------------------------------------------------
+
+
+def bench_module() -> Any:
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / 'bench' / 'summary_latency.py'
+    spec = importlib.util.spec_from_file_location('summary_latency', path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault('summary_latency', module)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_the_virtual_clock_overlaps_background_summaries_with_the_time_between_requests() -> None:
+    bench = bench_module()
+    log = growing_log(80)
+    found = {}
+    for ahead in (False, True):
+        found[ahead] = await bench.replay_with_latency(
+            log, 'long_horizon', window=WINDOW, counter=HeuristicCounter(), latency=1.5, gap=0.2, ahead=ahead
+        )
+    sync, early = found[False], found[True]
+    assert sync.result.summary_calls >= 1
+    assert max(sync.waits) == pytest.approx(1.5)  # the compile that summarises waits the whole call
+    assert max(early.waits) <= 0.3  # the summary was written while the requests went on
+    assert early.stats['used'] >= 1
+    assert early.result.requests_over_window == 0
+    assert early.row()['spent_tokens'] >= early.row()['wasted_tokens']

@@ -548,8 +548,10 @@ async def test_a_real_three_run_chat_isolates_its_finished_runs() -> None:
     assert not any(
         'src/f1.py line' in p.content for m in third for p in m.parts if isinstance(p, ToolReturnPart)
     )
-    # The log is whole: every output is still in it.
-    assert sum(isinstance(p, ToolReturnPart) for m in history for p in m.parts) == 3
+    if PYDANTIC_AI_MAJOR >= 2:
+        # The log is whole: every output is still in it (on 1.x the view replaces the run's history,
+        # as documented in the-whole-request.md).
+        assert sum(isinstance(p, ToolReturnPart) for m in history for p in m.parts) == 3
 
 
 def test_extending_the_previous_output_stays_exact_when_the_log_crosses_the_soft_threshold() -> None:

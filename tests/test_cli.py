@@ -567,3 +567,29 @@ def test_chart_keeps_profiles_readable_when_none_is_far_above_them() -> None:
     y_max, clipped = charts.y_scale({'none': [9_000], 'coding': [5_000]}, window=8_000)
     assert not clipped
     assert y_max >= 9_000
+
+
+def test_cli_replay_credits_read_back_like_the_library(tmp_path: Path) -> None:
+    # The progress-bar wrapper once hid the profile's read-back, so the CLI charged every fact a
+    # view left out as lost (unrecoverable) where `replay()` itself credits what read-back reaches.
+    import asyncio
+
+    from pydantic_ai_context import profile
+    from pydantic_ai_context.replay import replay
+    from pydantic_ai_context.tokens import TiktokenCounter
+
+    path = data.TRAJECTORY_DIR / 'oh_sdk_sonnet4_pylint_recursive_ignore_paths.json'
+    out_json = tmp_path / 'out.json'
+    args = ['replay', str(path), '-p', 'coding', '--window', '16000', '--no-progress']
+    assert main([*args, '--json', str(out_json)]) == 0
+    (entry,) = json.loads(out_json.read_text())['histories']
+    cli = next(r for r in entry['results'] if r['profile'] == 'coding')
+
+    messages = ModelMessagesTypeAdapter.validate_json(path.read_bytes())
+    counter = TiktokenCounter()
+    coding = profile('coding', context_window=16_000, counter=counter)
+    lib = asyncio.run(replay(messages, coding, context_window=16_000, counter=counter))
+    assert lib.recall_round_trips > 0  # this run needs read-back at 16k: the check below means something
+    assert cli['recall_charged_cost'] == pytest.approx(lib.recall_charged_cost)
+    assert cli['recall_round_trips'] == lib.recall_round_trips
+    assert cli['needed_or_recoverable'] == pytest.approx(lib.to_dict()['needed_or_recoverable'])

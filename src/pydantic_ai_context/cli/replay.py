@@ -108,6 +108,16 @@ class _Ticking:
         # `replay` reads summariser usage from the profile's events.
         return self.inner.events
 
+    @property
+    def readback(self) -> bool:
+        # `replay` credits what read-back reaches only for a profile with read-back on: hiding
+        # these made the CLI charge every left-out fact as lost, unlike `replay()` itself.
+        return self.inner.readback
+
+    @property
+    def archive(self) -> Any:
+        return self.inner.archive
+
     async def compile(self, messages: Sequence[ModelMessage], parameters: Any = None) -> list[ModelMessage]:
         try:
             return await self.inner.compile(messages, parameters=parameters)

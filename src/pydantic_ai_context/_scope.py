@@ -352,22 +352,38 @@ def resumed_fold(name: Hashable, messages: Sequence[Any], new: Callable[[], F]) 
         fold.extend(messages)
         return fold
     best: F | None = None
+    best_key: int | None = None
     best_same = -1
-    for candidate in folds.values():
-        if begins_with(messages, candidate.messages):
-            same = len(candidate.messages)
+    # Most recently used first: the list a fold last read usually continues in this one.
+    for key in reversed(folds):
+        candidate = folds[key]
+        read = candidate.messages
+        if not read or not messages or read[0] is not messages[0]:
+            same = 0
+        elif begins_with(messages, read):
+            best, best_key, best_same = candidate, key, len(read)
+            break
         else:
-            same = first_difference(candidate.messages, messages)
+            same = first_difference(read, messages)
         if same > best_same:
-            best, best_same = candidate, same
-    if best is None or (best_same < len(messages) // 2 and len(folds) < _FOLDS_PER_NAME):
-        # A list unlike the others (another step of the chain): a fold of its own.
+            best, best_key, best_same = candidate, key, same
+    if best is None or best_key is None or best_same < len(messages) // 2:
+        # A list unlike the others (another step of the chain): a fold of its own, in place of
+        # the one used least recently.
+        if len(folds) >= _FOLDS_PER_NAME:
+            del folds[next(iter(folds))]
         best = new()
-        folds[len(folds)] = best
-    elif best_same < len(best.messages):
-        best.truncate(best_same)
+        best_key = next(_FOLD_KEYS)
+    else:
+        del folds[best_key]
+        if best_same < len(best.messages):
+            best.truncate(best_same)
+    folds[best_key] = best  # most recently used last
     best.extend(messages)
     return best
+
+
+_FOLD_KEYS: Final = itertools.count()
 
 
 def scope_cache(name: Hashable) -> dict[Any, Any] | None:

@@ -369,9 +369,21 @@ class _Plan:
         tokens = sum(sizes[u] for u in gone)
         count = sum(observations[units[u][1]] - observations[units[u][0]] for u in gone)
         refs = [reading.step_ref(messages, units[u]) for u in gone]
+        made: list[tuple[ModelMessage, dict[str, Any], ModelMessage]] = []
         view, self.spans = _with_note(
-            out, note_at, n, tokens, count, refs, [units[u] for u in gone], notes=reading.notes
+            out,
+            note_at,
+            n,
+            tokens,
+            count,
+            refs,
+            [units[u] for u in gone],
+            notes=reading.notes,
+            noted=reading.noted,
+            notes_out=made,
         )
+        if made:
+            reading.noted = made[-1]
         return view
 
     def explain_degraded(self, view: list[ModelMessage], counter: TokenCounter, limit: int) -> str:
@@ -461,6 +473,8 @@ class _Reading:
     kept: set[str] = field(default_factory=set[str])
     """Refs of the step spans kept in `sink`, and of the note span as last written."""
     note_span: tuple[str, tuple[str, ...]] | None = None
+    noted: tuple[ModelMessage, dict[str, Any], ModelMessage] | None = None
+    """The request the latest note went into, the note's record, and the request with the note."""
 
     @classmethod
     def of(
@@ -493,6 +507,7 @@ class _Reading:
                 previous.sink,
                 previous.kept,
                 previous.note_span,
+                previous.noted,
             )
         reading._read(messages, counter)
         return reading
@@ -569,6 +584,8 @@ def _with_note(
     steps: list[tuple[int, int]],
     *,
     notes: bool = True,
+    noted: tuple[ModelMessage, dict[str, Any], ModelMessage] | None = None,
+    notes_out: list[tuple[ModelMessage, dict[str, Any], ModelMessage]] | None = None,
 ) -> tuple[list[ModelMessage], list[tuple[str, tuple[int, int] | list[str], bool]]]:
     """`view` with the note on what was dropped in the request at `at` (merging an earlier note),
     and the spans to keep for read-back.
@@ -580,7 +597,9 @@ def _with_note(
     (kept once); the note names a span listing them, whose ref comes from the first step dropped
     after the head. Drops start there every time, so the ref, and with it the note's text, stays
     the same as more steps are dropped: the request holding the note stays in the provider's
-    prompt cache. `notes=False`: the input holds no earlier note (nothing to merge).
+    prompt cache. `notes=False`: the input holds no earlier note (nothing to merge). `noted`: the
+    (request, record, noted request) of an earlier call, reused when the same again; a new one is
+    appended to `notes_out`.
     """
     earlier_ref: str | None = None
     earlier_steps: list[str] = []
@@ -617,11 +636,18 @@ def _with_note(
         # The request may already be a summary (merged into the task framing): its record stays,
         # with the drop's nested under it.
         combined = {**existing, MARKER_KIND: record} if existing is not None else record
-        view[at] = dataclasses.replace(
-            target,
-            parts=[*target.parts, UserPromptPart(note, timestamp=stamp)],
-            metadata=_parts.with_marker(target.metadata, combined),
-        )
+        if noted is not None and noted[0] is target and noted[1] == combined:
+            # The same note on the same request as the previous compile: the same object, so
+            # what is remembered of the view's prefix (totals, validity) stays valid.
+            view[at] = noted[2]
+        else:
+            view[at] = dataclasses.replace(
+                target,
+                parts=[*target.parts, UserPromptPart(note, timestamp=stamp)],
+                metadata=_parts.with_marker(target.metadata, combined),
+            )
+            if notes_out is not None:
+                notes_out.append((target, combined, view[at]))
     else:
         # Only in a malformed view (two responses in a row): the note gets a request of its own.
         request = ModelRequest(

@@ -280,6 +280,7 @@ def assemble_block(
     originals: _markers.OriginalsSink | None = None,
     ref: str | None = None,
     observations: int | None = None,
+    reuse: BlockMemo | None = None,
 ) -> list[ModelMessage]:
     """The view with `messages[zones.start:end]` replaced by the summary block: the summary request
     (merged into the head's last request when the head ends with one), then what the span kept
@@ -288,7 +289,8 @@ def assemble_block(
 
     The summary names the span it stands for by a ref (`read_context`), kept in `originals`: the
     span after what an earlier summary of this view stood for. `ref` and `observations` (the
-    tool-result requests in the span) are computed here unless the caller knows them."""
+    tool-result requests in the span) are computed here unless the caller knows them; `reuse`
+    gives the previous call's block objects back when the block is the same."""
     middle = messages[zones.start : end]
     stamp = stamp_of(middle, zones)
     ids = run_ids_of(middle, zones.head)
@@ -319,6 +321,17 @@ def assemble_block(
     }
     head = list(zones.head)
     last = head[-1] if head else None
+    tail = list(messages[end:])
+    ending = isinstance(tail[0], ModelRequest)
+    key = (request_parts, response_parts, result_parts, record, ids, stamp, ending)
+    if reuse is not None and reuse.block and reuse.last is last and reuse.key == key:
+        # The same block after the same head as the previous compile: the same objects, so what is
+        # remembered of the view's prefix (totals, validity) stays valid.
+        return (
+            [*head[:-1], *reuse.block, *tail]
+            if isinstance(last, ModelRequest)
+            else [*head, *reuse.block, *tail]
+        )
     if isinstance(last, ModelRequest):
         head.pop()
         record.update(merged=True, part=len(last.parts))
@@ -348,14 +361,25 @@ def assemble_block(
                     parts=result_parts, metadata=_parts.with_marker(None, {'kind': KEPT_KIND}), **ids
                 )
             )
-    tail = list(messages[end:])
-    if isinstance(block[-1], ModelRequest) and isinstance(tail[0], ModelRequest):
+    if isinstance(block[-1], ModelRequest) and ending:
         block.append(
             ModelResponse(
                 parts=[ack], timestamp=stamp, metadata=_parts.with_marker(None, {'kind': ACK_KIND}), **ids
             )
         )
+    if reuse is not None:
+        reuse.last, reuse.key, reuse.block = last, key, block
     return [*head, *block, *tail]
+
+
+@dataclass(eq=False)
+class BlockMemo:
+    """The block `assemble_block` built last, and what it was built from, to give the same objects
+    when it would build the same block again."""
+
+    last: ModelMessage | None = None
+    key: tuple[Any, ...] | None = None
+    block: list[ModelMessage] = field(default_factory=list[ModelMessage])
 
 
 def summary_request_part(

@@ -53,6 +53,7 @@ from pydantic_ai_context.policies._summary_block import (
     KEPT_KIND,
     MARKER_KIND,
     SUMMARY_PREFIX,
+    BlockMemo,
     Zones,
     assemble_block,
     digest_text,
@@ -224,6 +225,10 @@ class SummarizeWindow(AsyncPolicy):
     _breaker: CircuitBreaker = field(default_factory=CircuitBreaker, init=False, repr=False, compare=False)
     _digests: ObjectMemo[str] = field(default_factory=ObjectMemo[str], init=False, repr=False, compare=False)
     _reading: _Reading | None = field(default=None, init=False, repr=False, compare=False)
+    _block: BlockMemo = field(default_factory=BlockMemo, init=False, repr=False, compare=False)
+    _oversized: tuple[str, int | None, int | None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if self.step_messages < 1:
@@ -437,6 +442,7 @@ class SummarizeWindow(AsyncPolicy):
             originals=context.originals,
             ref=reading.span_ref(zones.start, end, earlier),
             observations=reading.observations[end] - reading.observations[zones.start],
+            reuse=self._block,
         )
 
     # --- planning a shrink under a budget -----------------------------------------------------
@@ -606,8 +612,18 @@ class SummarizeWindow(AsyncPolicy):
         if not self._breaker.allows(now, self.breaker_cooldown):
             return self._fallback(previous, messages, start, end, zones, context, why, 'circuit breaker open')
         instructions = SUMMARISER_INSTRUCTIONS + (f'\n\n{self.instructions}' if self.instructions else '')
-        prompt = self._fitted_prompt(messages[start:end], context, previous, size, instructions, model)
+        limit = _summariser_input_limit(context, model, instructions, size)
+        # A span whose transcript did not fit this limit in this conversation (same generation of
+        # the compiling scope: the log's originals are the same) does not fit now either; rendering
+        # it again, at every request, would cost a pass over the whole span.
+        oversized = (key, limit, active_generation())
+        prompt = (
+            None
+            if oversized[2] is not None and oversized == self._oversized
+            else self._fitted_prompt(messages[start:end], context, previous, size, instructions, model, limit)
+        )
         if prompt is None:
+            self._oversized = oversized
             return self._fallback(
                 previous, messages, start, end, zones, context, why, "transcript over the summariser's window"
             )
@@ -661,6 +677,7 @@ class SummarizeWindow(AsyncPolicy):
         size: int | None,
         instructions: str,
         model: Any,
+        limit: int | None,
     ) -> str | None:
         """The summariser's prompt for `span`, within what its model accepts; `None` if nothing fits.
 
@@ -668,7 +685,6 @@ class SummarizeWindow(AsyncPolicy):
         than the view: parts are clipped shorter (the facts of each original are still listed),
         then the view's own text stands for the originals, until the prompt fits.
         """
-        limit = _summariser_input_limit(context, model, instructions, size)
         originals = _shortened_originals(span, context.log)
         max_chars = self.max_part_chars
         while True:

@@ -837,10 +837,10 @@ class _Reading:
     """Requests that hold a failed result (the response before may keep an unresolved call)."""
     digests: list[str] = field(default_factory=list[str])
     """Digests of the first messages (read as the cache keys need them)."""
-    keys: dict[int, _Running] = field(default_factory=dict[int, _Running])
-    refs: dict[tuple[int, str | None], _Running] = field(
-        default_factory=dict[tuple[int, str | None], _Running]
-    )
+    keys: dict[Any, _Running] = field(default_factory=dict[Any, _Running])
+    """Running hashes of message digests (cache keys), by the span's start."""
+    refs: dict[Any, _Running] = field(default_factory=dict[Any, _Running])
+    """Running hashes of message signatures (span refs), by the span's start and earlier ref."""
 
     @classmethod
     def of(
@@ -875,15 +875,13 @@ class _Reading:
     def truncate(self, n: int) -> None:
         self.messages = self.messages[:n]
         del self.totals[n + 1 :], self.observations[n + 1 :], self.digests[n:]
-        for positions in (self.summaries, self.own):
-            del positions[bisect.bisect_left(positions, n) :]
-        for positions in (self.pinned, self.failed):
+        for positions in (self.summaries, self.own, self.pinned, self.failed):
             del positions[bisect.bisect_left(positions, n) :]
         for runnings in (self.keys, self.refs):
-            for start in list(runnings):
-                running = runnings[start]
+            for key in list(runnings):
+                running = runnings[key]
                 if running.start >= n:
-                    del runnings[start]
+                    del runnings[key]
                 else:
                     del running.states[n - running.start :]
 

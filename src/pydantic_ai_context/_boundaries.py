@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Final
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
@@ -72,7 +73,7 @@ def prompt_text(message: ModelMessage) -> str:
     return '\n'.join(chunks).strip()
 
 
-def continues_task(previous: ModelMessage | None, text: str, earlier: set[str]) -> bool:
+def continues_task(previous: ModelMessage | None, text: str, earlier: AbstractSet[str]) -> bool:
     """Whether a user prompt with `text`, after `previous`, continues the task (rules 1 to 4)."""
     if isinstance(previous, ModelResponse) and _parts.tool_calls(previous):
         return True

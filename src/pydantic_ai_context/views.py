@@ -26,8 +26,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from . import _parts
-from ._boundaries import continues_task, prompt_text
+from ._boundaries import prompt_text, starts_at
 from ._markers import OriginalsSink
 from ._scope import resumed_fold
 from .budget import ContextBudget
@@ -131,18 +130,10 @@ class _Runs:
                 requests += 1
                 if not rid:
                     unnamed += 1
-            # The rule of `_boundaries.run_starts`, read one message at a time.
-            if _parts.has_user_prompt(message):
-                text = prompt_text(message)
-                if i == 0 or (
-                    not _parts.tool_results(message)
-                    and not continues_task(messages[i - 1], text, self.earlier.keys())
-                ):
-                    self.starts.append(i)
-                if text:
-                    self.earlier.setdefault(text, i)
-            elif i == 0:
-                self.starts.append(0)
+            if starts_at(messages, i, self.earlier.keys()):
+                self.starts.append(i)
+            if text := prompt_text(message):
+                self.earlier.setdefault(text, i)
             current = self.current[-1] if self.current else rid
             if rid is not None and current is not None and rid != current:
                 self.changes.append(i)

@@ -425,6 +425,8 @@ class SummarizeWindow(AsyncPolicy):
             return messages
         reuse: tuple[int, str] | None = None
         if self._plans_by_budget(context):
+            if self.ahead:  # --- summary ahead: file what landed under this view's keys ---
+                _summary_ahead.adopt(self, messages, zones, model, context)
             planned = self._plan_shrink(messages, zones, model, context)
             if planned is None:
                 return messages
@@ -664,6 +666,8 @@ class SummarizeWindow(AsyncPolicy):
             return self._fallback(
                 previous, messages, start, end, zones, context, why, "transcript over the summariser's window"
             )
+        if why == _summary_ahead.AHEAD:  # --- summary ahead: what a cancelled call would have cost ---
+            context._details['summary_prompt_tokens'] = context.counter.count_text(prompt)
         try:
             text, input_tokens, output_tokens = await run_summariser(
                 model, prompt, instructions=instructions, timeout=self.timeout

@@ -9,7 +9,9 @@ request waits for it. With it (`SummarizeWindow(ahead=True)`, on in every summar
   answers and the tools run. The span is planned so that, used when the view reaches the limit,
   the summary shrinks it to the low-water mark;
 - the summary lands in the summary cache under the key the synchronous path would use, so the
-  compile that crosses the trigger finds it there (`_walk_chain`) and makes no call;
+  compile that crosses the trigger finds it there (`_walk_chain`) and makes no call. It is known
+  by the log messages it covers (`adopt`): when a mask or trim frontier moved over its span while
+  it was written, it is filed under the span's key as the span renders now;
 - when the trigger is crossed and no cached summary shrinks the view under it, the compile does
   not wait: it uses the furthest cached summary (a smaller shrink, or none) and makes sure a
   summary is on its way; a view over the limit is left to `fit_to_budget` until it lands (with

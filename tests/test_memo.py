@@ -39,7 +39,7 @@ from pydantic_ai_context.policies.mask import mask_observations
 from pydantic_ai_context.replay import extractive_summary_model
 from pydantic_ai_context.tokens import default_counter
 
-from .strategies import histories
+from .strategies import broken_histories, histories
 
 PRESETS = available_profiles()
 
@@ -429,3 +429,82 @@ def test_compiles_in_concurrent_tasks_each_see_their_own_generation() -> None:
 
     for generation, seen in asyncio.run(both()):
         assert generation == seen
+
+
+# --- folds resumed from the first changed message -------------------------------------------------
+
+
+def _variants(log: list[ModelMessage], cuts: list[tuple[int, int, str]]) -> list[list[ModelMessage]]:
+    """Lists a compile may see one after another: prefixes, and branches that share a prefix with
+    the log and then differ (fresh copies of its messages, or some left out)."""
+    out: list[list[ModelMessage]] = []
+    for k, j, how in cuts:
+        k, j = min(k, len(log)), min(max(j, k), len(log))
+        if how == 'prefix':
+            out.append(log[:j])
+        elif how == 'copies':
+            out.append([*log[:k], *(dataclasses.replace(m) for m in log[k:j])])
+        else:
+            out.append([*log[:k], *log[j:]])
+    return out
+
+
+def _folded(messages: list[ModelMessage], counter: Any) -> tuple[Any, ...]:
+    from pydantic_ai_context.integrity import _already_valid, safe_cut_points
+    from pydantic_ai_context.policies._frontier import unresolved_failures
+    from pydantic_ai_context.views import run_spans
+
+    return (
+        safe_cut_points(messages),
+        unresolved_failures(messages),
+        run_spans(messages),
+        _already_valid(messages),
+        counter.count_messages(messages),
+    )
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    log=st.one_of(histories(max_runs=3, max_steps=8), broken_histories()),
+    cuts=st.lists(
+        st.tuples(st.integers(0, 60), st.integers(0, 60), st.sampled_from(['prefix', 'copies', 'drop'])),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_folds_resumed_within_a_compile_equal_fresh_ones(
+    log: list[ModelMessage], cuts: list[tuple[int, int, str]]
+) -> None:
+    """Cut points, unresolved failures, runs, the validity check and token totals are folds the
+    compiling scope resumes from the first message that differs from a list it folded before:
+    each must equal the value computed outside any compile, whatever order the lists come in."""
+    counter = HeuristicCounter()
+    scope = MemoScope()
+    with compiling(scope, log):
+        for variant in [log, *_variants(log, cuts), log]:
+            assert _folded(variant, counter) == _folded_fresh(variant, counter)
+
+
+def _folded_fresh(messages: list[ModelMessage], counter: Any) -> tuple[Any, ...]:
+    from pydantic_ai_context._scope import suspended
+
+    with suspended():  # no compile active: computed from scratch
+        return _folded(messages, counter)
+
+
+def test_cut_points_come_back_when_a_result_far_from_its_call_is_cut_off() -> None:
+    """A result answering a call several messages back makes every position between unsafe; a
+    shorter list without that result, folded next in the same compile, has them safe again."""
+    from pydantic_ai_context.integrity import safe_cut_points
+
+    log: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('go')]),
+        ModelResponse(parts=[ToolCallPart('ls', {}, tool_call_id='a')]),
+        ModelRequest(parts=[UserPromptPart('wait')]),
+        ModelResponse(parts=[TextPart('waiting')]),
+        ModelRequest(parts=[ToolReturnPart('ls', 'x.py', tool_call_id='a')]),
+    ]
+    with compiling(MemoScope(), log):
+        assert safe_cut_points(log) == [0, 1, 5]
+        assert safe_cut_points(log[:4]) == [0, 1, 2, 3, 4]
+        assert safe_cut_points(log) == [0, 1, 5]

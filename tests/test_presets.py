@@ -272,6 +272,39 @@ async def test_incremental_equals_fresh_on_generated_logs(log: list[ModelMessage
         assert view == await fresh.compile(log[:end])
 
 
+async def _compile_or_error(p: ContextProfile, log: list[ModelMessage]) -> list[ModelMessage] | str:
+    try:
+        return await p.compile(log)
+    except ContextBudgetExceeded as exc:
+        return f'ContextBudgetExceeded({exc.used}, {exc.limit}, {exc.policy})'
+
+
+@pytest.mark.parametrize('name', PRESETS)
+@PROPS
+@given(log=histories(max_runs=3, max_steps=10, in_progress=True), data=st.data())
+async def test_state_kept_between_compiles_gives_fresh_views_in_any_order(
+    name: str, log: list[ModelMessage], data: st.DataObject
+) -> None:
+    """What `fit_to_budget` and `summarize_window` keep from one compile to the next (what they
+    read of each message, the plan's steps, span refs, summary blocks, cache keys) and the folds
+    of the compiling scope are resumed from the first message that changed: the view must be what
+    a fresh profile compiles, request after request, then for logs that jump back (a shorter log,
+    then longer ones again, as when a conversation is branched from an earlier point). The window
+    is small, so the frontier moves, steps are dropped and the middle is summarised."""
+    settings: dict[str, object] = {'reserved_output': 300, 'keep_recent': 1, 'step': 2}
+    if name != 'coding':
+        # Summaries are an input of the view (DESIGN.md section 1): both profiles share the cache.
+        settings['summary_cache'] = InMemorySummaryCache()
+    window = data.draw(st.sampled_from([1_500, 2_500, 4_000]), label='window')
+    live = make(name, window=window, **settings)
+    ends = [end for end in range(1, len(log) + 1) if isinstance(log[end - 1], ModelRequest)]
+    jumps = data.draw(st.lists(st.sampled_from(ends), max_size=6), label='jumps') if ends else []
+    for end in [*ends, *jumps]:
+        view = await _compile_or_error(live, log[:end])
+        fresh = make(name, window=window, **settings)
+        assert view == await _compile_or_error(fresh, log[:end]), f'request at message {end}'
+
+
 async def test_coding_collapses_a_finished_run_in_the_next_agent_run() -> None:
     """Two real runs sharing a history: the second run's view digests the first run's trace."""
     received: list[list[ModelMessage]] = []

@@ -22,13 +22,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Final
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 
 from . import _parts
 
-__all__ = ('REMINDER_MAX_CHARS', 'continues_task', 'is_summary', 'prompt_text', 'run_starts', 'starts_run')
+__all__ = (
+    'REMINDER_MAX_CHARS',
+    'continues_task',
+    'is_summary',
+    'prompt_text',
+    'run_starts',
+    'starts_at',
+    'starts_run',
+)
 
 REMINDER_MAX_CHARS: Final = 1_500
 """A format reminder longer than this is read as a new request."""
@@ -72,7 +81,7 @@ def prompt_text(message: ModelMessage) -> str:
     return '\n'.join(chunks).strip()
 
 
-def continues_task(previous: ModelMessage | None, text: str, earlier: set[str]) -> bool:
+def continues_task(previous: ModelMessage | None, text: str, earlier: AbstractSet[str]) -> bool:
     """Whether a user prompt with `text`, after `previous`, continues the task (rules 1 to 4)."""
     if isinstance(previous, ModelResponse) and _parts.tool_calls(previous):
         return True
@@ -85,22 +94,23 @@ def continues_task(previous: ModelMessage | None, text: str, earlier: set[str]) 
     return len(text) <= 40 and _NUDGE.fullmatch(text) is not None
 
 
+def starts_at(messages: Sequence[ModelMessage], i: int, earlier: AbstractSet[str]) -> bool:
+    """Whether a run starts at `messages[i]`, given the prompt texts before it (`earlier`)."""
+    message = messages[i]
+    if i == 0:
+        return True
+    if not _parts.has_user_prompt(message) or _parts.tool_results(message):
+        return False
+    return is_summary(message) or not continues_task(messages[i - 1], prompt_text(message), earlier)
+
+
 def run_starts(messages: Sequence[ModelMessage]) -> list[int]:
     """The indexes where a run starts in a log without run ids (the first message always does)."""
     starts: list[int] = []
     earlier: set[str] = set()
     for i, message in enumerate(messages):
-        if not _parts.has_user_prompt(message):
-            if i == 0:
-                starts.append(0)
-            continue
-        text = prompt_text(message)
-        made_here = is_summary(message)
-        if i == 0 or (
-            not _parts.tool_results(message)
-            and (made_here or not continues_task(messages[i - 1], text, earlier))
-        ):
+        if starts_at(messages, i, earlier):
             starts.append(i)
-        if text:
+        if text := prompt_text(message):
             earlier.add(text)
     return starts

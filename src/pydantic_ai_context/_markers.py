@@ -177,6 +177,11 @@ def span_ref(items: Sequence[ModelMessage | str]) -> str:
     return 's' + h.hexdigest()
 
 
+def message_signature(message: ModelMessage) -> bytes:
+    """What identifies a message in a span's id (see `span_ref`)."""
+    return _signature(message)
+
+
 def _signature(message: ModelMessage) -> bytes:
     found = _SIGNATURES.get(message)
     if found is not None:

@@ -20,23 +20,25 @@ import itertools
 import operator
 import threading
 import weakref
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from pydantic_ai.messages import ModelResponse
 
 from ._memo import _COMPILE, _PARTS, _same, stamp
-from ._prefix import PrefixMemo, begins_with
+from ._prefix import PrefixMemo, begins_with, first_difference
 
 __all__ = (
     'TEXT_MEMO_CHARS',
+    'Fold',
     'MemoScope',
     'TextMemo',
     'active_generation',
     'compiling',
+    'resumed_fold',
     'scope_cache',
     'scope_prefix_memo',
     'scope_text_memo',
@@ -316,6 +318,72 @@ def scope_text_memo(name: Hashable) -> TextMemo[Any] | None:
     if found is None:
         found = cache.setdefault(None, TextMemo())
     return found
+
+
+class Fold(Protocol):
+    """A fold over a list of messages that can be cut back to a prefix and extended again."""
+
+    messages: list[Any]
+
+    def truncate(self, n: int) -> None:
+        """Undo everything read from `messages[n:]` (and drop those messages)."""
+
+    def extend(self, messages: Sequence[Any]) -> None:
+        """Read `messages[len(self.messages):]` (`messages` begins with `self.messages`)."""
+
+
+F = TypeVar('F', bound=Fold)
+
+_FOLDS_PER_NAME: Final = 8
+
+
+def resumed_fold(name: Hashable, messages: Sequence[Any], new: Callable[[], F]) -> F:
+    """The fold `name` over `messages`, resumed from the first message that changed since one of
+    the active scope's last folds of that name (a fresh one outside a compile).
+
+    The scope checks once per compile that no message changed in place, and its caches belong to one
+    generation, so a fold resumed this way equals a fresh one. Each call's work is the messages after
+    the first difference (and what the fold undoes of the old suffix), not the whole list.
+    The fold is shared: read its results before the next call of the same name.
+    """
+    folds = scope_cache(('fold', name))
+    if folds is None:
+        fold = new()
+        fold.extend(messages)
+        return fold
+    best: F | None = None
+    best_key: int | None = None
+    best_same = -1
+    # Most recently used first: the list a fold last read usually continues in this one.
+    for key in reversed(folds):
+        candidate = folds[key]
+        read = candidate.messages
+        if not read or not messages or read[0] is not messages[0]:
+            same = 0
+        elif begins_with(messages, read):
+            best, best_key, best_same = candidate, key, len(read)
+            break
+        else:
+            same = first_difference(read, messages)
+        if same > best_same:
+            best, best_key, best_same = candidate, key, same
+    if best is None or best_key is None or best_same < len(messages) // 2:
+        # A list unlike the others (another step of the chain): a fold of its own, in place of
+        # the one used least recently.
+        if len(folds) >= _FOLDS_PER_NAME:
+            del folds[next(iter(folds))]
+        best = new()
+        best_key = next(_FOLD_KEYS)
+    else:
+        del folds[best_key]
+        if best_same < len(best.messages):
+            best.truncate(best_same)
+    folds[best_key] = best  # most recently used last
+    best.extend(messages)
+    return best
+
+
+_FOLD_KEYS: Final = itertools.count()
 
 
 def scope_cache(name: Hashable) -> dict[Any, Any] | None:

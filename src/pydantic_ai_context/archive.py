@@ -31,6 +31,8 @@ from ._memo import ObjectMemo
 
 __all__ = ('ContextArchive', 'MemoryReadbackStore', 'ReadbackStore')
 
+_encode_string = json.encoder.encode_basestring
+
 logger = logging.getLogger(__name__)
 
 _RESULT_KEY: Final = 'pydantic_ai_context/readback/result/'
@@ -304,7 +306,9 @@ class ContextArchive:
         encoded: list[str] = []
         for item in items:
             if isinstance(item, str):
-                encoded.append(json.dumps({'ref': item}, ensure_ascii=False))
+                # `json.dumps({'ref': item}, ensure_ascii=False)`, without building a dict and an
+                # encoder per item (a drop note's span lists every step it dropped).
+                encoded.append(f'{{"ref": {_encode_string(item)}}}')
                 continue
             encoded.append(self._message_json(item))
             if results:

@@ -9,6 +9,7 @@ touches the input list or its messages.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import operator
@@ -163,22 +164,32 @@ def check_messages(messages: Sequence[Any]) -> None:
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise HistoryIntegrityError(None, f'expected a list of ModelMessage, got {type(messages).__name__}')
     # During a compile, checked once per message: a log is the previous log plus a few messages.
-    memo = _scope.scope_prefix_memo('integrity.checked')
-    found = memo[0].longest_prefix(messages, memo[1]) if memo is not None else None
-    start = found[0] if found is not None else 0
-    rest = messages[start:] if start else messages
-    # The common case in two passes in C: plain messages holding lists of parts.
-    if not (set(map(type, rest)) <= _MESSAGE_TYPES and set(map(type, map(_PARTS, rest))) <= {list}):
-        for i in range(start, len(messages)):
-            m = messages[i]
-            if not isinstance(m, ModelRequest | ModelResponse):
-                raise HistoryIntegrityError(
-                    i, f'expected a ModelRequest or ModelResponse, got {type(m).__name__}'
-                )
-            if not isinstance(m.parts, Sequence) or isinstance(m.parts, str | bytes):
-                raise HistoryIntegrityError(i, f'parts must be a sequence, got {type(m.parts).__name__}')
-    if memo is not None and start < len(messages):
-        memo[0].put(messages, True, memo[1])
+    _scope.resumed_fold('integrity.checked', messages, _Checked)
+
+
+class _Checked:
+    """`check_messages` as a fold: the messages read so far are all pydantic-ai messages."""
+
+    def __init__(self) -> None:
+        self.messages: list[ModelMessage] = []
+
+    def truncate(self, n: int) -> None:
+        del self.messages[n:]
+
+    def extend(self, messages: Sequence[Any]) -> None:
+        start = len(self.messages)
+        rest = messages[start:]
+        # The common case in two passes in C: plain messages holding lists of parts.
+        if not (set(map(type, rest)) <= _MESSAGE_TYPES and set(map(type, map(_PARTS, rest))) <= {list}):
+            for i in range(start, len(messages)):
+                m = messages[i]
+                if not isinstance(m, ModelRequest | ModelResponse):
+                    raise HistoryIntegrityError(
+                        i, f'expected a ModelRequest or ModelResponse, got {type(m).__name__}'
+                    )
+                if not isinstance(m.parts, Sequence) or isinstance(m.parts, str | bytes):
+                    raise HistoryIntegrityError(i, f'parts must be a sequence, got {type(m.parts).__name__}')
+        self.messages.extend(rest)
 
 
 _MESSAGE_TYPES: Final = frozenset({ModelRequest, ModelResponse})
@@ -265,20 +276,80 @@ def safe_cut_points(messages: Sequence[ModelMessage]) -> list[int]:
         ```
     """
     check_messages(messages)
-    n = len(messages)
-    unsafe = [False] * (n + 1)
-    last_call_at: dict[str, int] = {}
-    for j, message in enumerate(messages):
-        if isinstance(message, ModelResponse):
-            for call in _parts.tool_calls(message):
-                last_call_at[call.tool_call_id] = j
-        else:
-            for result in _parts.tool_results(message):
-                k = last_call_at.get(result.tool_call_id)
-                if k is not None:
-                    for i in range(k + 1, j + 1):
-                        unsafe[i] = True
-    return [i for i in range(n + 1) if not unsafe[i]]
+    # During a compile the cut points of the previous list are resumed from its first changed message.
+    return _scope.resumed_fold('integrity.cuts', messages, _Cuts).points()
+
+
+class _Cuts:
+    """`safe_cut_points` as a fold: position `i` is unsafe when a result at `j >= i` answers a call
+    at `k < i`. Per message `j` it keeps `lo[j]`, the lowest position its results make unsafe (`j + 1`:
+    none), so `i` is safe exactly when every `lo[j]` with `j >= i` is above `i`."""
+
+    def __init__(self) -> None:
+        self.messages: list[ModelMessage] = []
+        self.lo: list[int] = []
+        self.calls_at: dict[str, int] = {}
+        """The response holding each call id last (the nearest earlier one, for a result)."""
+        self.undo: list[list[tuple[str, int | None]]] = []
+        """Per message: what it changed in `calls_at`, to undo when it is cut off."""
+        self.safe: list[int] = []
+        """Safe positions below `len(messages)` (that length is always safe)."""
+        self._rescan = 0
+        """Where the safe positions must be found again from."""
+
+    def truncate(self, n: int) -> None:
+        low = min(self.lo[n:], default=n)
+        for j in range(len(self.messages) - 1, n - 1, -1):
+            for call_id, before in reversed(self.undo[j]):
+                if before is None:
+                    self.calls_at.pop(call_id, None)
+                else:
+                    self.calls_at[call_id] = before
+        del self.messages[n:], self.lo[n:], self.undo[n:]
+        # Positions from `low` on may have been unsafe only because of what was cut off.
+        self._cut_safe(min(low, n))
+
+    def _cut_safe(self, start: int) -> None:
+        self._rescan = min(self._rescan, start)
+
+    def extend(self, messages: Sequence[ModelMessage]) -> None:
+        start = len(self.messages)
+        low = start
+        for j in range(start, len(messages)):
+            message = messages[j]
+            lo = j + 1
+            changes: list[tuple[str, int | None]] = []
+            if isinstance(message, ModelResponse):
+                for call in _parts.tool_calls(message):
+                    changes.append((call.tool_call_id, self.calls_at.get(call.tool_call_id)))
+                    self.calls_at[call.tool_call_id] = j
+            else:
+                for result in _parts.tool_results(message):
+                    k = self.calls_at.get(result.tool_call_id)
+                    if k is not None and k + 1 < lo:
+                        lo = k + 1
+            self.messages.append(message)
+            self.lo.append(lo)
+            self.undo.append(changes)
+            low = min(low, lo)
+        if low < start:
+            self._cut_safe(low)
+        rescan = min(self._rescan, start)
+        # Safe positions from `rescan` on: scanned right to left with the lowest `lo` seen so far.
+        found: list[int] = []
+        lowest = len(self.messages) + 1
+        for i in range(len(self.messages) - 1, rescan - 1, -1):
+            if self.lo[i] < lowest:
+                lowest = self.lo[i]
+            if lowest > i:
+                found.append(i)
+        found.reverse()
+        del self.safe[bisect.bisect_left(self.safe, rescan) :]
+        self.safe.extend(found)
+        self._rescan = len(self.messages)
+
+    def points(self) -> list[int]:
+        return [*self.safe, len(self.messages)]
 
 
 # --- normalize --------------------------------------------------------------------------------
@@ -399,35 +470,76 @@ def _already_valid(messages: Sequence[ModelMessage]) -> bool:
     """One cheap pass answering "would normalize change anything?" (the common case: no)."""
     if not messages:
         return True
-    # During a compile, a valid list is remembered without its newest request (which pydantic-ai
-    # may still fill in): a longer list that begins with it is checked from there on.
-    memo = _scope.scope_prefix_memo('integrity.valid')
-    found = memo[0].longest_prefix(messages, memo[1]) if memo is not None else None
-    start, (expect_request, calls, earlier) = found if found is not None else (0, (True, (), frozenset()))
-    seen = set(earlier)
-    for i in range(start, len(messages)):
-        message = messages[i]
+    # During a compile, the check of the list without its newest request (which pydantic-ai may
+    # still fill in) is resumed from the first message that changed since an earlier list.
+    fold = _scope.resumed_fold('integrity.valid', messages[:-1], _Validity)
+    if fold.bad_at is not None:
+        return False
+    last = messages[-1]
+    if not isinstance(last, ModelRequest) or not fold.expect_request:
+        return False  # out of turn, or a view that ends with a response
+    has_parts, _, result_ids, deep = _shape(last)
+    return (
+        has_parts and not deep and len(result_ids) == len(fold.calls) and set(result_ids) == set(fold.calls)
+    )
+
+
+class _Validity:
+    """`_already_valid` as a fold: requests and responses alternate from a request, every request
+    answers exactly the calls of the response before it, call ids are unique and readable."""
+
+    def __init__(self) -> None:
+        self.messages: list[ModelMessage] = []
+        self.call_ids: list[tuple[str, ...]] = []
+        """The call ids of each message read (before `bad_at`)."""
+        self.seen: set[str] = set()
+        self.bad_at: int | None = None
+        """The first message that makes the list invalid (nothing after it is read)."""
+
+    @property
+    def expect_request(self) -> bool:
+        return len(self.messages) % 2 == 0
+
+    @property
+    def calls(self) -> tuple[str, ...]:
+        return self.call_ids[-1] if self.call_ids else ()
+
+    def truncate(self, n: int) -> None:
+        if self.bad_at is not None and self.bad_at < n:
+            del self.messages[n:]
+            return
+        for ids in self.call_ids[n:]:
+            self.seen.difference_update(ids)
+        del self.messages[n:], self.call_ids[n:]
+        self.bad_at = None
+
+    def extend(self, messages: Sequence[ModelMessage]) -> None:
+        for i in range(len(self.messages), len(messages)):
+            message = messages[i]
+            if self.bad_at is None and not self._read(message):
+                self.bad_at = i
+            self.messages.append(message)
+
+    def _read(self, message: ModelMessage) -> bool:
+        expect_request = self.expect_request
         if isinstance(message, ModelRequest) is not expect_request:
             return False
         has_parts, call_ids, result_ids, deep = _shape(message)
         if not has_parts or deep:
             return False
         if expect_request:
+            calls = self.calls
             if len(result_ids) != len(calls) or set(result_ids) != set(calls):
                 return False
         elif (
             len(set(call_ids)) != len(call_ids)
-            or not seen.isdisjoint(call_ids)
+            or not self.seen.isdisjoint(call_ids)
             or any(_readable_id(c) != c for c in call_ids)
         ):
             return False
-        seen.update(call_ids)
-        if i == len(messages) - 1 and expect_request and memo is not None:
-            memo[0].put(messages[:-1], (True, calls, frozenset(seen)), memo[1])
-        calls = call_ids
-        expect_request = not expect_request
-    # A valid view ends with a request: after it we expect a response.
-    return not expect_request
+        self.seen.update(call_ids)
+        self.call_ids.append(call_ids)
+        return True
 
 
 def validate_view(messages: Sequence[ModelMessage]) -> None:

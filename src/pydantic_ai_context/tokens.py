@@ -31,7 +31,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from ._memo import ENTRY_BYTES, VALUE_BYTES, ObjectMemo
 from ._parts import content_items, is_binary_item, part_text
-from ._scope import scope_prefix_memo
+from ._scope import resumed_fold
 from .errors import ContextWarning
 
 if TYPE_CHECKING:
@@ -172,23 +172,16 @@ class _MessageCounter:
         Each message counts as in `count_message`, except instructions: a model is sent the
         instructions of the newest request that has them, so only those are counted, once.
         """
-        # During a compile a request is usually the previous one plus a few messages: extend the
-        # total of the previous list. Its last message is counted again: pydantic-ai fills in the
-        # request it sends after compiling, so that one may have changed in place.
-        memo = scope_prefix_memo(('tokens.totals', self))
-        found = memo[0].longest_prefix(messages, memo[1]) if memo is not None else None
-        start, (total, instructions_tokens) = found if found is not None else (0, (0, None))
-        running, running_instructions = total, instructions_tokens
-        for i in range(start, len(messages)):
-            entry = self._entry(messages[i])
-            if i == len(messages) - 1:
-                total, instructions_tokens = running, running_instructions
-            running += entry.parts_tokens
-            if entry.instructions is not None:
-                running_instructions = entry.instructions_tokens
-        if memo is not None and start < len(messages):
-            memo[0].put(messages[:-1], (total, instructions_tokens), memo[1])
-        return running + (running_instructions or 0)
+        # During a compile a request is usually the previous one plus a few messages, or the
+        # previous one changed from some message on: the total of the previous list is resumed
+        # from there. Its last message is counted again: pydantic-ai fills in the request it sends
+        # after compiling, so that one may have changed in place.
+        if not messages:
+            return 0
+        fold = resumed_fold(('tokens.totals', self), messages[:-1], lambda: _Totals(self))
+        last = self._entry(messages[-1])
+        instructions = last.instructions_tokens if last.instructions is not None else fold.instructions[-1]
+        return fold.totals[-1] + last.parts_tokens + (instructions or 0)
 
     def cache_info(self) -> CacheInfo:
         """Hits and misses of the per-message memo: a miss is a message whose text was counted."""
@@ -230,6 +223,32 @@ class _MessageCounter:
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}(name={self.name!r}, exact={self.exact!r})'
+
+
+class _Totals:
+    """Running totals for `count_messages`: the tokens of the parts before each message, and the
+    tokens of the newest instructions so far."""
+
+    def __init__(self, counter: _MessageCounter) -> None:
+        self.counter = counter
+        self.messages: list[ModelMessage] = []
+        self.totals: list[int] = [0]
+        self.instructions: list[int | None] = [None]
+
+    def truncate(self, n: int) -> None:
+        del self.messages[n:], self.totals[n + 1 :], self.instructions[n + 1 :]
+
+    def extend(self, messages: Sequence[ModelMessage]) -> None:
+        entry_of = self.counter._entry
+        total, instructions = self.totals[-1], self.instructions[-1]
+        for message in messages[len(self.messages) :]:
+            entry = entry_of(message)
+            total += entry.parts_tokens
+            if entry.instructions is not None:
+                instructions = entry.instructions_tokens
+            self.messages.append(message)
+            self.totals.append(total)
+            self.instructions.append(instructions)
 
 
 def message_tokens(counter: TokenCounter, message: ModelMessage) -> int:

@@ -10,6 +10,7 @@ request that holds a user prompt and no tool results, unless that prompt continu
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,8 +26,9 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from ._boundaries import run_starts
+from ._boundaries import prompt_text, starts_at
 from ._markers import OriginalsSink
+from ._scope import resumed_fold
 from .budget import ContextBudget
 from .events import CompactionEvent
 from .integrity import Repair, check_messages, normalize_with_repairs
@@ -86,28 +88,68 @@ def run_spans(messages: Sequence[ModelMessage]) -> list[RunSpan]:
     check_messages(messages)
     if not messages:
         return []
-    requests = [m for m in messages if isinstance(m, ModelRequest)]
-    if requests and all(getattr(m, 'run_id', None) for m in requests):
-        return _spans_by_run_id(messages)
-    starts = run_starts(messages)
+    # During a compile, the runs of the previous list are resumed from its first changed message.
+    fold = resumed_fold('views.runs', messages, _Runs)
+    if fold.requests[-1] and not fold.unnamed[-1]:
+        return _spans_by_run_id(messages, fold)
+    starts = fold.starts
     ends = [*starts[1:], len(messages)]
     return [RunSpan(start=s, end=e) for s, e in zip(starts, ends, strict=True)]
 
 
-def _spans_by_run_id(messages: Sequence[ModelMessage]) -> list[RunSpan]:
-    spans: list[RunSpan] = []
-    start = 0
-    current: str | None = getattr(messages[0], 'run_id', None)
-    for i, message in enumerate(messages):
-        rid = getattr(message, 'run_id', None)
-        # Responses without a run id (e.g. built by hand) stay with the run around them.
-        if rid is not None and current is not None and rid != current:
-            spans.append(RunSpan(start=start, end=i, run_id=current))
-            start = i
-        if rid is not None:
-            current = rid
-    spans.append(RunSpan(start=start, end=len(messages), run_id=current))
-    return spans
+class _Runs:
+    """What `run_spans` reads of each message, as a fold: running counts of requests and of
+    requests without a run id, where runs start by user prompt, and by run id."""
+
+    def __init__(self) -> None:
+        self.messages: list[ModelMessage] = []
+        self.requests = [0]
+        self.unnamed = [0]
+        self.starts: list[int] = []
+        """Where a run starts by user prompt (0 included)."""
+        self.current: list[str | None] = []
+        """The run id in force after each message (the latest one seen)."""
+        self.changes: list[int] = []
+        """Where a run starts by run id (the id differs from the one in force before)."""
+        self.earlier: dict[str, int] = {}
+        """Each prompt text seen, with where it first appeared (`_boundaries` rule 2)."""
+
+    def truncate(self, n: int) -> None:
+        del self.messages[n:], self.requests[n + 1 :], self.unnamed[n + 1 :], self.current[n:]
+        del self.starts[bisect.bisect_left(self.starts, n) :]
+        del self.changes[bisect.bisect_left(self.changes, n) :]
+        # Prompts are few next to messages, so undoing the texts seen is a scan of the texts.
+        self.earlier = {text: i for text, i in self.earlier.items() if i < n}
+
+    def extend(self, messages: Sequence[ModelMessage]) -> None:
+        requests, unnamed = self.requests[-1], self.unnamed[-1]
+        for i in range(len(self.messages), len(messages)):
+            message = messages[i]
+            rid = getattr(message, 'run_id', None)
+            if isinstance(message, ModelRequest):
+                requests += 1
+                if not rid:
+                    unnamed += 1
+            if starts_at(messages, i, self.earlier.keys()):
+                self.starts.append(i)
+            if text := prompt_text(message):
+                self.earlier.setdefault(text, i)
+            current = self.current[-1] if self.current else rid
+            if rid is not None and current is not None and rid != current:
+                self.changes.append(i)
+            self.current.append(rid if rid is not None else current)
+            self.requests.append(requests)
+            self.unnamed.append(unnamed)
+            self.messages.append(message)
+
+
+def _spans_by_run_id(messages: Sequence[ModelMessage], fold: _Runs) -> list[RunSpan]:
+    # Responses without a run id (e.g. built by hand) stay with the run around them.
+    starts = [0, *fold.changes]
+    ends = [*fold.changes, len(messages)]
+    ids = [fold.current[e - 1] if e < len(messages) else fold.current[-1] for e in ends]
+    # The id of a run is the one in force at its last message (before the next run's first).
+    return [RunSpan(start=s, end=e, run_id=rid) for s, e, rid in zip(starts, ends, ids, strict=True)]
 
 
 def current_run(messages: Sequence[ModelMessage], *, run_id: str | None = None) -> RunSpan | None:

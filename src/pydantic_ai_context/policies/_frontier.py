@@ -28,7 +28,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 from pydantic_ai_context import _parts
 from pydantic_ai_context._memo import PART_FIELDS, PINNED_FIELDS, ObjectMemo
 from pydantic_ai_context._prefix import begins_with, first_difference
-from pydantic_ai_context._scope import scope_cache, scope_text_memo
+from pydantic_ai_context._scope import resumed_fold, scope_cache, scope_text_memo
 from pydantic_ai_context.budget import ContextBudget
 from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import CompileContext
@@ -100,18 +100,51 @@ def unresolved_failures(messages: Sequence[ModelMessage]) -> set[str]:
     A failure of tool `T` is *resolved* once a later request holds a successful result of the
     same tool `T`: the agent got past it, so the failure is history. Until then it stays visible.
     """
-    succeeded_later: set[str] = set()
-    unresolved: set[str] = set()
-    for message in reversed(messages):
-        results = _parts.tool_results(message)
-        for part in results:
-            name = getattr(part, 'tool_name', None) or ''
-            if _parts.is_failed_result(part) and name not in succeeded_later:
-                unresolved.add(part.tool_call_id)
-        for part in results:
-            if not _parts.is_failed_result(part):
-                succeeded_later.add(getattr(part, 'tool_name', None) or '')
-    return unresolved
+    # During a compile the fold of the previous list is resumed from its first changed message.
+    return resumed_fold('frontier.failures', messages, _Failures).unresolved()
+
+
+class _Failures:
+    """`unresolved_failures` as a fold from the start: per tool, the failures since its last success
+    (a success resolves the failures of earlier messages, not those of its own)."""
+
+    def __init__(self) -> None:
+        self.messages: list[ModelMessage] = []
+        self.pending: dict[str, tuple[str, ...]] = {}
+        self.undo: list[list[tuple[str, tuple[str, ...] | None]]] = []
+
+    def truncate(self, n: int) -> None:
+        for j in range(len(self.messages) - 1, n - 1, -1):
+            for name, before in reversed(self.undo[j]):
+                if before is None:
+                    self.pending.pop(name, None)
+                else:
+                    self.pending[name] = before
+        del self.messages[n:], self.undo[n:]
+
+    def extend(self, messages: Sequence[ModelMessage]) -> None:
+        pending = self.pending
+        for j in range(len(self.messages), len(messages)):
+            message = messages[j]
+            changes: list[tuple[str, tuple[str, ...] | None]] = []
+            results = _parts.tool_results(message)
+            if results:
+                for part in results:
+                    if not _parts.is_failed_result(part):
+                        name = getattr(part, 'tool_name', None) or ''
+                        if pending.get(name):
+                            changes.append((name, pending[name]))
+                            pending[name] = ()
+                for part in results:
+                    if _parts.is_failed_result(part):
+                        name = getattr(part, 'tool_name', None) or ''
+                        changes.append((name, pending.get(name)))
+                        pending[name] = (*pending.get(name, ()), part.tool_call_id)
+            self.messages.append(message)
+            self.undo.append(changes)
+
+    def unresolved(self) -> set[str]:
+        return {cid for ids in self.pending.values() for cid in ids}
 
 
 def nominal_message_tokens(message: ModelMessage, counter: TokenCounter) -> int:

@@ -9,7 +9,9 @@ request waits for it. With it (`SummarizeWindow(ahead=True)`, on in every summar
   answers and the tools run. The span is planned so that, used when the view reaches the limit,
   the summary shrinks it to the low-water mark;
 - the summary lands in the summary cache under the key the synchronous path would use, so the
-  compile that crosses the trigger finds it there (`_walk_chain`) and makes no call;
+  compile that crosses the trigger finds it there (`_walk_chain`) and makes no call. It is known
+  by the log messages it covers (`adopt`): when a mask or trim frontier moved over its span while
+  it was written, it is filed under the span's key as the span renders now;
 - when the trigger is crossed and no cached summary shrinks the view under it, the compile does
   not wait: it uses the furthest cached summary (a smaller shrink, or none) and makes sure a
   summary is on its way; a view over the limit is left to `fit_to_budget` until it lands (with
@@ -47,9 +49,12 @@ from pydantic_ai_context.views import CompileContext
 if TYPE_CHECKING:
     from pydantic_ai_context.policies.summarize import SummarizeWindow
 
-__all__ = ('KEEP', 'BackgroundSummaries', 'instead_of_waiting', 'settle', 'start_if_due')
+__all__ = ('KEEP', 'BackgroundSummaries', 'adopt', 'instead_of_waiting', 'settle', 'start_if_due')
 
 logger = logging.getLogger('pydantic_ai_context.summary_ahead')
+
+AHEAD: Final = 'summarised ahead'
+"""The reason a summary made in the background is written for (`SummarizeWindow._summary`'s `why`)."""
 
 KEEP: Final = (-1, '')
 """`instead_of_waiting`'s answer for "send the view as it is" (no summary to add)."""
@@ -70,6 +75,10 @@ class _Pending:
     estimate: int
     """Input tokens of the call, estimated (reported if it is cancelled mid-call)."""
     policy: str
+    log_digest: str | None = None
+    """Digest of the canonical log's messages from `start_log` to `end_log` (the span's identity)."""
+    context: CompileContext | None = None
+    """The task's own compile context (the prompt's size is noted there before the call)."""
 
 
 @dataclass
@@ -79,6 +88,9 @@ class _Made:
     run_id: str | None
     covers: int
     policy: str
+    span: _Pending | None = None
+    """What the summary covers, by log positions (see `adopt`)."""
+    text: str = ''
 
 
 @dataclass(eq=False)
@@ -97,6 +109,10 @@ class BackgroundSummaries:
             ('started', 'made', 'used', 'discarded', 'failed', 'cancelled', 'waited'), 0
         )
     )
+    _prompted: int = 0
+    """Tokens of the prompts of the calls made ahead that answered (counted here) ..."""
+    _reported: int = 0
+    """... and the input tokens the summariser reported for them (its own unit)."""
     waited_seconds: float = 0.0
     """Seconds compiles spent waiting for a summary in flight (only a view over the limit waits)."""
 
@@ -133,6 +149,7 @@ class BackgroundSummaries:
         except RuntimeError:  # pragma: no cover - compiles always run in a loop
             return
         own = dataclasses.replace(context, originals=None, _notes=[], _details={})
+        pending.context = own
         self._pending[pending.conversation] = pending
         self._counts['started'] += 1
         pending.task = loop.create_task(self._run(policy, pending, list(messages), zones, end, model, own))
@@ -147,10 +164,22 @@ class BackgroundSummaries:
             self._discard(
                 pending.policy,
                 pending.run_id,
-                pending.estimate,
+                self._cancelled_input(pending),
                 0,
                 'cancelled while the summariser was writing it (input tokens estimated)',
             )
+
+    def _cancelled_input(self, pending: _Pending) -> int:
+        """Input tokens of a call cancelled mid-way, in the unit the summariser reports: its prompt's
+        tokens scaled by what it reported for the prompts of the calls that answered (the span's
+        tokens when the prompt was not written yet)."""
+        details = pending.context._details if pending.context is not None else {}
+        prompted = details.get('summary_prompt_tokens')
+        if not isinstance(prompted, int):
+            return pending.estimate
+        if self._prompted and self._reported:
+            return round(prompted * self._reported / self._prompted)
+        return prompted
 
     async def _run(
         self,
@@ -163,14 +192,24 @@ class BackgroundSummaries:
         context: CompileContext,
     ) -> None:
         try:
-            text, status = await policy._summary(messages, zones, end, model, context, 'summarised ahead')
+            text, status = await policy._summary(messages, zones, end, model, context, AHEAD)
             details = context._details
             calls = int(details.get('summary_calls') or 0)
             tokens_in = int(details.get('summary_input_tokens') or 0)
             tokens_out = int(details.get('summary_output_tokens') or 0)
+            prompted = details.get('summary_prompt_tokens')
+            if calls and tokens_in and isinstance(prompted, int) and prompted:
+                self._prompted += prompted
+                self._reported += tokens_in
             if status == 'summary' and calls:
                 self._made[digest_text(text)] = _Made(
-                    tokens_in, tokens_out, pending.run_id, pending.end_log - zones.head_log, pending.policy
+                    tokens_in,
+                    tokens_out,
+                    pending.run_id,
+                    pending.end_log - zones.head_log,
+                    pending.policy,
+                    span=pending,
+                    text=text,
                 )
                 self._counts['made'] += 1
             elif status != 'summary':
@@ -286,6 +325,50 @@ def _fixed(zones: Zones, context: CompileContext) -> int:
     return counter.count_messages(zones.head) + counter.count_text(SUMMARY_PREFIX + ACK_TEXT) + 8
 
 
+def _log_digest(policy: SummarizeWindow, context: CompileContext, start_log: int, end_log: int) -> str | None:
+    """The identity of the log's messages from `start_log` to `end_log` (`None`: no log to read)."""
+    log = context.log
+    if not 0 <= start_log < end_log <= len(log):
+        return None
+    running = hashlib.sha256()
+    for i in range(start_log, end_log):
+        running.update(policy._message_digest(log[i]).encode())
+    return running.hexdigest()
+
+
+def adopt(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    model: Any,
+    context: CompileContext,
+) -> None:
+    """File the summaries made ahead under the keys of this view's spans, by the log they cover.
+
+    A summary is cached under the digest of its span as the earlier steps rendered it when it
+    started. By the time it lands, those steps may render the span differently (a mask or trim
+    frontier moved over it) though the log is the same: the summary still covers the same log
+    messages (its transcript reads their originals), so it is filed under the span's key as it
+    renders now. The view stays a function of the log, the budget and the cache.
+    """
+    registry = context.background
+    if registry is None or not registry._made:
+        return
+    size = policy._summary_tokens(context, zones)
+    for made in list(registry._made.values()):
+        span = made.span
+        if span is None or span.log_digest is None or span.policy != policy.name:
+            continue
+        start, end = zones.input_index(span.start_log), zones.input_index(span.end_log)
+        if not zones.start <= start < end < len(messages):
+            continue
+        if _log_digest(policy, context, span.start_log, span.end_log) != span.log_digest:
+            continue
+        key = policy._key(messages, start, end, span.base_digest, model, size)
+        if policy.cache.get(key) is None:
+            policy.cache.put(key, made.text)
+
+
 def _chain(
     policy: SummarizeWindow,
     messages: Sequence[ModelMessage],
@@ -293,6 +376,7 @@ def _chain(
     model: Any,
     context: CompileContext,
 ) -> _Chain:
+    adopt(policy, messages, zones, model, context)
     candidates = policy._candidates(messages, zones, context)
     size = policy._summary_tokens(context, zones)
     start, previous, _ = policy._walk_chain(messages, zones, candidates, model, size)
@@ -387,6 +471,7 @@ def start_if_due(
         estimate=counter.count_messages(messages[chain.start : end])
         + counter.count_text(chain.previous or ''),
         policy=policy.name,
+        log_digest=_log_digest(policy, context, zones.log_index(chain.start), zones.log_index(end)),
     )
     registry._start(policy, pending, messages, zones, end, model, context)
 
@@ -494,6 +579,8 @@ def _still_prefix(
     )
     if base != pending.base_digest:
         return False
+    if pending.log_digest is not None:  # the log's messages, not how the earlier steps render them
+        return _log_digest(policy, context, pending.start_log, pending.end_log) == pending.log_digest
     size = policy._summary_tokens(context, zones)
     return policy._key(messages, start, end, base, model, size) == pending.cache_key
 

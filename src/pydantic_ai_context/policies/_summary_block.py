@@ -98,9 +98,13 @@ def is_drop_note(part: Any, record: dict[str, Any]) -> bool:
     return note is not None and isinstance(part, UserPromptPart) and part.content == note
 
 
-def find_zones(messages: Sequence[ModelMessage]) -> Zones | None:
-    """The head, or the head and existing summary block of an already-compiled view."""
-    for s in range(len(messages) - 1, -1, -1):
+def find_zones(messages: Sequence[ModelMessage], *, summaries: Sequence[int] | None = None) -> Zones | None:
+    """The head, or the head and existing summary block of an already-compiled view.
+
+    `summaries`: the positions of the messages that may carry a summary's marker, when known
+    (else every message is looked at).
+    """
+    for s in reversed(summaries) if summaries is not None else range(len(messages) - 1, -1, -1):
         record = _parts.marker(messages[s])
         if record is not None and record.get('kind') == MARKER_KIND:
             return zones_after_summary(messages, s, record)
@@ -173,9 +177,18 @@ class Kept:
     """Input index of the first response whose kept parts are not tool calls."""
 
 
-def kept_in(messages: Sequence[ModelMessage], start: int, end: int, unresolved: set[str]) -> Kept:
+def kept_in(
+    messages: Sequence[ModelMessage],
+    start: int,
+    end: int,
+    unresolved: set[str],
+    *,
+    candidates: Sequence[int] | None = None,
+) -> Kept:
+    """What `messages[start:end]` must keep verbatim. `candidates`: the only indices in that range,
+    in order, that can keep anything (when known; see `may_keep`)."""
     kept = Kept()
-    for i in range(start, end):
+    for i in candidates if candidates is not None else range(start, end):
         message = messages[i]
         pinned = _parts.is_pinned(message)
         part: Any
@@ -220,6 +233,37 @@ def kept_in(messages: Sequence[ModelMessage], start: int, end: int, unresolved: 
     return kept
 
 
+def may_keep(message: ModelMessage) -> bool:
+    """Whether `kept_in` can keep anything of `message` whatever its neighbours: a pinned message
+    or part, a system prompt, a part it does not summarise. (A response can also keep calls whose
+    results are pinned or unresolved: those depend on the next request.)"""
+    if _parts.is_pinned(message):
+        return True
+    if isinstance(message, ModelRequest):
+        return any(
+            not _parts.is_tool_result(part)
+            and (
+                isinstance(part, SystemPromptPart)
+                or _parts.is_pinned(part)
+                or getattr(part, 'part_kind', '') not in _SUMMARISABLE_REQUEST
+            )
+            for part in message.parts
+        )
+    return any(
+        _parts.is_pinned(part)
+        or (not _parts.is_tool_call(part) and getattr(part, 'part_kind', '') not in _SUMMARISABLE_RESPONSE)
+        for part in message.parts
+    )
+
+
+def earlier_ref(messages: Sequence[ModelMessage], start: int) -> str | None:
+    """The ref of the summary before `start` (in the head), which the next summary's span names first."""
+    return next(
+        (_markers.ref_of(m) for m in messages[:start] if (_parts.marker(m) or {}).get('kind') == MARKER_KIND),
+        None,
+    )
+
+
 def digest_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -234,6 +278,9 @@ def assemble_block(
     role: Literal['user', 'system'],
     *,
     originals: _markers.OriginalsSink | None = None,
+    ref: str | None = None,
+    observations: int | None = None,
+    reuse: BlockMemo | None = None,
 ) -> list[ModelMessage]:
     """The view with `messages[zones.start:end]` replaced by the summary block: the summary request
     (merged into the head's last request when the head ends with one), then what the span kept
@@ -241,20 +288,16 @@ def assemble_block(
     when the tail starts with a request, so requests and responses keep alternating.
 
     The summary names the span it stands for by a ref (`read_context`), kept in `originals`: the
-    span after what an earlier summary of this view stood for."""
+    span after what an earlier summary of this view stood for. `ref` and `observations` (the
+    tool-result requests in the span) are computed here unless the caller knows them; `reuse`
+    gives the previous call's block objects back when the block is the same."""
     middle = messages[zones.start : end]
     stamp = stamp_of(middle, zones)
     ids = run_ids_of(middle, zones.head)
-    earlier = next(
-        (
-            _markers.ref_of(m)
-            for m in messages[: zones.start]
-            if (_parts.marker(m) or {}).get('kind') == MARKER_KIND
-        ),
-        None,
-    )
+    earlier = earlier_ref(messages, zones.start)
     span: list[ModelMessage | str] = [*([earlier] if earlier is not None else []), *middle]
-    ref = _markers.span_ref(span)
+    if ref is None:
+        ref = _markers.span_ref(span)
     _markers.keep_span(originals, ref, span)
     summary_part = summary_request_part(text, role=role, timestamp=stamp, ref=ref)
     request_parts = [summary_part, *zones.old_request_parts, *kept.request_parts]
@@ -262,9 +305,9 @@ def assemble_block(
     result_parts = [*zones.old_result_parts, *kept.result_parts]
     # Observations (tool-result requests) the summary now stands for: the compaction frontier
     # still counts them, so a view of this view compacts the same messages.
-    observations = zones.previous_observations + sum(
-        1 for m in middle if isinstance(m, ModelRequest) and _parts.tool_results(m)
-    )
+    if observations is None:
+        observations = sum(1 for m in middle if isinstance(m, ModelRequest) and _parts.tool_results(m))
+    observations += zones.previous_observations
     record: dict[str, Any] = {
         'kind': MARKER_KIND,
         'scope': 'historical',
@@ -278,6 +321,17 @@ def assemble_block(
     }
     head = list(zones.head)
     last = head[-1] if head else None
+    tail = list(messages[end:])
+    ending = isinstance(tail[0], ModelRequest)
+    key = (request_parts, response_parts, result_parts, record, ids, stamp, ending)
+    if reuse is not None and reuse.block and reuse.last is last and reuse.key == key:
+        # The same block after the same head as the previous compile: the same objects, so what is
+        # remembered of the view's prefix (totals, validity) stays valid.
+        return (
+            [*head[:-1], *reuse.block, *tail]
+            if isinstance(last, ModelRequest)
+            else [*head, *reuse.block, *tail]
+        )
     if isinstance(last, ModelRequest):
         head.pop()
         record.update(merged=True, part=len(last.parts))
@@ -307,14 +361,25 @@ def assemble_block(
                     parts=result_parts, metadata=_parts.with_marker(None, {'kind': KEPT_KIND}), **ids
                 )
             )
-    tail = list(messages[end:])
-    if isinstance(block[-1], ModelRequest) and isinstance(tail[0], ModelRequest):
+    if isinstance(block[-1], ModelRequest) and ending:
         block.append(
             ModelResponse(
                 parts=[ack], timestamp=stamp, metadata=_parts.with_marker(None, {'kind': ACK_KIND}), **ids
             )
         )
+    if reuse is not None:
+        reuse.last, reuse.key, reuse.block = last, key, block
     return [*head, *block, *tail]
+
+
+@dataclass(eq=False)
+class BlockMemo:
+    """The block `assemble_block` built last, and what it was built from, to give the same objects
+    when it would build the same block again."""
+
+    last: ModelMessage | None = None
+    key: tuple[Any, ...] | None = None
+    block: list[ModelMessage] = field(default_factory=list[ModelMessage])
 
 
 def summary_request_part(

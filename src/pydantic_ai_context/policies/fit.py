@@ -9,8 +9,9 @@ provider would reject (DESIGN.md section 3).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, cast
@@ -19,12 +20,15 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, User
 
 from pydantic_ai_context import _markers, _parts
 from pydantic_ai_context._memo import PINNED_FIELDS, ObjectMemo
+from pydantic_ai_context._prefix import begins_with, first_difference
+from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.errors import ContextBudgetExceeded
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
+from ._frontier import counter_key
 from .trim import clip_arguments, shorten_results
 
 __all__ = ('FitToBudget', 'fit_to_budget')
@@ -103,6 +107,7 @@ class FitToBudget(SyncPolicy):
     and stays put for a while (0 drops just enough, breaking the prompt cache on every request; replay at
     32k: 0.05 -> cost 0.56 of no compaction, 0.2 -> 0.50, at 95% fact retention)."""
     _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
+    _reading: _Reading | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.keep_last_steps < 0:
@@ -149,11 +154,13 @@ class FitToBudget(SyncPolicy):
         context: CompileContext,
     ) -> list[ModelMessage]:
         counter = context.counter
-        plan = _Plan.of(messages, keep_last_steps=max(self.keep_last_steps, 1))
-        sizes = [sum(message_tokens(counter, m) for m in messages[s:e]) for s, e in plan.units]
+        reading = self._reading = _Reading.of(messages, counter, self._reading)
+        plan = _Plan.of(messages, keep_last_steps=max(self.keep_last_steps, 1), reading=reading)
+        acc = [0, *itertools.accumulate(reading.tokens)]
+        sizes = [acc[e] - acc[s] for s, e in plan.units]
         dropped: set[int] = set()
         freed = 0
-        view = list(messages)
+        view: list[ModelMessage] | None = None
         for unit in plan.order:
             if freed < target:
                 dropped.add(unit)
@@ -163,11 +170,12 @@ class FitToBudget(SyncPolicy):
             view = plan.build(dropped, sizes)
             if counter.count_messages(view) <= limit:
                 break
+            view = None
             dropped.add(unit)
             freed += sizes[unit]
-        view = plan.build(dropped, sizes)
-        for ref, items, replace in plan.spans:
-            _markers.keep_span(context.originals, ref, items, replace=replace)
+        if view is None:
+            view = plan.build(dropped, sizes)
+        reading.keep_spans(plan.spans, context.originals, messages)
         final = counter.count_messages(view)
         degraded = False
         extra = 0
@@ -183,11 +191,7 @@ class FitToBudget(SyncPolicy):
             )
         # Extending later is exact only if this drop stopped on the target (not by running out of
         # steps: the next request's longer view has more to offer) and dropped plain steps only.
-        extendable = (
-            not degraded
-            and freed >= target
-            and all(_kind(messages, plan.units[u]) == 'step' for u in dropped)
-        )
+        extendable = not degraded and freed >= target and all(plan.kinds[u] == _STEP for u in dropped)
         self._last = last_call(messages, view, context_key(context), context, (target, extendable))
         return view
 
@@ -215,9 +219,7 @@ class FitToBudget(SyncPolicy):
             return out, used, 0
         # The recency window's older steps (never pinned ones or system prompts) go last.
         older = {
-            u
-            for u in range(len(plan.units) - plan.protected, len(plan.units) - 1)
-            if _kind(plan.messages, plan.units[u]) != 'never'
+            u for u in range(len(plan.units) - plan.protected, len(plan.units) - 1) if plan.kinds[u] != _NEVER
         }
         if older - dropped:
             smaller = plan.build(dropped | older, sizes)
@@ -314,51 +316,74 @@ class _Plan:
     """Indices into `units`, in the order they may be dropped; units not listed are never dropped."""
     protected: int
     """How many units at the end form the recency window."""
-    spans: list[tuple[str, list[ModelMessage | str], bool]] = field(default_factory=list)
-    """What the latest `build` dropped, to keep for read-back: (ref, items, replace) of each dropped
-    step, then the note's own span, which lists the steps' refs and is rewritten as it grows."""
+    spans: list[tuple[str, tuple[int, int] | list[str], bool]] = field(default_factory=list)
+    """What the latest `build` dropped, to keep for read-back: (ref, (start, end), False) of each
+    dropped step, then the note's own span (ref, the steps' refs, True), rewritten as it grows."""
+    reading: _Reading | None = None
+    kinds: list[int] = field(default_factory=list)
+    """The kind of each unit (`_STEP`, `_CONVERSATION`, `_NEVER`)."""
 
     @classmethod
-    def of(cls, messages: Sequence[ModelMessage], *, keep_last_steps: int) -> _Plan:
+    def of(cls, messages: Sequence[ModelMessage], *, keep_last_steps: int, reading: _Reading) -> _Plan:
         first_prompt = next((i for i, m in enumerate(messages) if _parts.has_user_prompt(m)), None)
         if first_prompt is None:
             first_prompt = next((i for i, m in enumerate(messages) if isinstance(m, ModelRequest)), 0)
         head_end = first_prompt + 1
-        cuts = set(safe_cut_points(messages))
-        starts = [
-            i for i in range(head_end, len(messages)) if isinstance(messages[i], ModelResponse) and i in cuts
-        ]
-        units = list(zip(starts, [*starts[1:], len(messages)], strict=True)) if starts else []
+        responses = reading.responses
+        n = len(messages)
+        starts = [i for i in safe_cut_points(messages) if head_end <= i < n and responses[i]]
+        units = list(zip(starts, [*starts[1:], n], strict=True)) if starts else []
         if starts:
             # Messages between the head and the first step (only in a malformed view) stay with the head.
             head_end = starts[0]
+        kinds = reading.kinds
+        unit_kinds = [max(kinds[start:end]) for start, end in units]
         candidates = range(max(len(units) - keep_last_steps, 0))
-        steps = [u for u in candidates if _kind(messages, units[u]) == 'step']
-        conversation = [u for u in candidates if _kind(messages, units[u]) == 'conversation']
-        return cls(messages, head_end, units, steps + conversation, min(keep_last_steps, len(units)))
+        steps = [u for u in candidates if unit_kinds[u] == _STEP]
+        conversation = [u for u in candidates if unit_kinds[u] == _CONVERSATION]
+        return cls(
+            messages,
+            head_end,
+            units,
+            steps + conversation,
+            min(keep_last_steps, len(units)),
+            reading=reading,
+            kinds=unit_kinds,
+        )
 
     def build(self, dropped: set[int], sizes: list[int]) -> list[ModelMessage]:
         if not dropped:
             return list(self.messages)
-        out: list[ModelMessage] = list(self.messages[: self.head_end])
-        note_at: int | None = None
-        for u, (start, end) in enumerate(self.units):
-            if u in dropped:
-                if note_at is None:
-                    note_at = len(out) - 1
-                continue
-            out.extend(self.messages[start:end])
-        n = sum(self.units[u][1] - self.units[u][0] for u in dropped)
-        tokens = sum(sizes[u] for u in dropped)
-        observations = sum(
-            1
-            for u in dropped
-            for m in self.messages[self.units[u][0] : self.units[u][1]]
-            if isinstance(m, ModelRequest) and _parts.tool_results(m)
+        reading = self.reading
+        assert reading is not None
+        messages, units = self.messages, self.units
+        gone = sorted(dropped)
+        # The kept messages, as slices between the dropped steps.
+        out: list[ModelMessage] = list(messages[: units[gone[0]][0]])
+        note_at = len(out) - 1
+        for u, v in zip(gone, [*gone[1:], len(units)], strict=True):
+            if v > u + 1:
+                out.extend(messages[units[u + 1][0] : units[v - 1][1]])
+        observations = reading.observations
+        n = sum(units[u][1] - units[u][0] for u in gone)
+        tokens = sum(sizes[u] for u in gone)
+        count = sum(observations[units[u][1]] - observations[units[u][0]] for u in gone)
+        refs = [reading.step_ref(messages, units[u]) for u in gone]
+        made: list[tuple[ModelMessage, dict[str, Any], ModelMessage]] = []
+        view, self.spans = _with_note(
+            out,
+            note_at,
+            n,
+            tokens,
+            count,
+            refs,
+            [units[u] for u in gone],
+            notes=reading.notes,
+            noted=reading.noted,
+            notes_out=made,
         )
-        assert note_at is not None
-        steps = [list(self.messages[self.units[u][0] : self.units[u][1]]) for u in sorted(dropped)]
-        view, self.spans = _with_note(out, note_at, n, tokens, observations, steps)
+        if made:
+            reading.noted = made[-1]
         return view
 
     def explain_degraded(self, view: list[ModelMessage], counter: TokenCounter, limit: int) -> str:
@@ -411,19 +436,130 @@ class _Plan:
 _KINDS: ObjectMemo[str] = ObjectMemo(max_bytes=16 * 1024 * 1024, fields=PINNED_FIELDS)
 """The kind of each message seen (as a one-message unit), while it lives unchanged."""
 
+_STEP: Final = 0
+_CONVERSATION: Final = 1
+_NEVER: Final = 2
+_KIND_CODES: Final = {'step': _STEP, 'conversation': _CONVERSATION, 'never': _NEVER}
 
-def _kind(messages: Sequence[ModelMessage], unit: tuple[int, int]) -> str:
-    """'never' (pinned, system prompt), 'conversation' (a later user prompt, unknown parts) or 'step'."""
-    kind = 'step'
-    for message in messages[unit[0] : unit[1]]:
-        found = _KINDS.get(message)
+
+@dataclass(eq=False)
+class _Reading:
+    """What `fit_to_budget` reads of each message of its input, kept from one compile to the next.
+
+    Per message: its tokens, its kind, whether it is a response, and running counts of observations
+    (tool-result requests); per step: its span ref, and which step spans the read-back sink already
+    holds. The next compile of the same conversation (same generation of the compiling scope: no
+    message edited in place since) reads only the messages from the first one that changed, so a
+    plan costs the new messages plus a few passes over plain lists, never a token count or a digest
+    per old message.
+    """
+
+    messages: tuple[ModelMessage, ...]
+    generation: int | None
+    counter: Hashable
+    tokens: list[int]
+    """`message_tokens` of each message."""
+    kinds: list[int]
+    """`_STEP`, `_CONVERSATION` or `_NEVER` of each message as a one-message unit."""
+    responses: list[bool]
+    observations: list[int]
+    """Observations before each message, and of all (one longer than `messages`)."""
+    notes: bool
+    """Some message carries a drop note's record (a view of a view)."""
+    refs: dict[tuple[int, int], str] = field(default_factory=dict[tuple[int, int], str])
+    """Span ref of each step read so far, by its (start, end) in `messages`."""
+    sink: Any = None
+    """The read-back sink `kept` refers to."""
+    kept: set[str] = field(default_factory=set[str])
+    """Refs of the step spans kept in `sink`, and of the note span as last written."""
+    note_span: tuple[str, tuple[str, ...]] | None = None
+    noted: tuple[ModelMessage, dict[str, Any], ModelMessage] | None = None
+    """The request the latest note went into, the note's record, and the request with the note."""
+
+    @classmethod
+    def of(
+        cls, messages: Sequence[ModelMessage], counter: TokenCounter, previous: _Reading | None
+    ) -> _Reading:
+        generation = active_generation()
+        key = counter_key(counter)
+        same = 0
+        if previous is not None and generation is not None and previous.generation == generation:
+            same = (
+                len(previous.messages)
+                if begins_with(messages, previous.messages)
+                else first_difference(previous.messages, messages)
+            )
+        if previous is None or same == 0:
+            reading = cls((), generation, key, [], [], [], [0], False)
+        else:
+            reading = cls(
+                previous.messages[:same],
+                generation,
+                key,
+                previous.tokens[:same] if previous.counter == key else [],
+                previous.kinds[:same],
+                previous.responses[:same],
+                previous.observations[: same + 1],
+                previous.notes and any(map(drop_record, previous.messages[:same])),
+                previous.refs
+                if same == len(previous.messages)
+                else {k: v for k, v in previous.refs.items() if k[1] <= same},
+                previous.sink,
+                previous.kept,
+                previous.note_span,
+                previous.noted,
+            )
+        reading._read(messages, counter)
+        return reading
+
+    def _read(self, messages: Sequence[ModelMessage], counter: TokenCounter) -> None:
+        start = len(self.messages)
+        tokens, kinds, responses, observations = self.tokens, self.kinds, self.responses, self.observations
+        for message in messages[len(tokens) : start]:
+            tokens.append(message_tokens(counter, message))
+        count = observations[-1]
+        notes = self.notes
+        for message in messages[start:]:
+            tokens.append(message_tokens(counter, message))
+            found = _KINDS.get(message)
+            if found is None:
+                found = _KINDS.put(message, _unit_kind((message,)))
+            kinds.append(_KIND_CODES[found])
+            is_response = isinstance(message, ModelResponse)
+            responses.append(is_response)
+            if not is_response and _parts.tool_results(message):
+                count += 1
+            observations.append(count)
+            notes = notes or drop_record(message) is not None
+        self.messages = tuple(messages)
+        self.notes = notes
+
+    def step_ref(self, messages: Sequence[ModelMessage], unit: tuple[int, int]) -> str:
+        found = self.refs.get(unit)
         if found is None:
-            found = _KINDS.put(message, _unit_kind((message,)))
-        if found == 'never':
-            return found
-        if found == 'conversation':
-            kind = found
-    return kind
+            found = self.refs[unit] = _markers.span_ref(messages[unit[0] : unit[1]])
+        return found
+
+    def keep_spans(
+        self,
+        spans: list[tuple[str, tuple[int, int] | list[str], bool]],
+        sink: _markers.OriginalsSink | None,
+        messages: Sequence[ModelMessage],
+    ) -> None:
+        """Keep the dropped steps' spans in `sink` (each once: a span's ref names its messages) and
+        the note's span (again only when its list of steps changed)."""
+        if sink is None:
+            return
+        if sink != self.sink:
+            self.sink, self.kept, self.note_span = sink, set(), None
+        for ref, items, replace in spans:
+            if isinstance(items, tuple):
+                if ref not in self.kept:
+                    sink.keep_span(ref, list(messages[items[0] : items[1]]), replace=replace)
+                    self.kept.add(ref)
+            elif self.note_span != (ref, tuple(items)):
+                sink.keep_span(ref, list[ModelMessage | str](items), replace=replace)
+                self.note_span = (ref, tuple(items))
 
 
 def _unit_kind(segment: Sequence[ModelMessage]) -> str:
@@ -444,23 +580,30 @@ def _with_note(
     messages: int,
     tokens: int,
     observations: int,
-    steps: list[list[ModelMessage]],
-) -> tuple[list[ModelMessage], list[tuple[str, list[ModelMessage | str], bool]]]:
+    step_refs: list[str],
+    steps: list[tuple[int, int]],
+    *,
+    notes: bool = True,
+    noted: tuple[ModelMessage, dict[str, Any], ModelMessage] | None = None,
+    notes_out: list[tuple[ModelMessage, dict[str, Any], ModelMessage]] | None = None,
+) -> tuple[list[ModelMessage], list[tuple[str, tuple[int, int] | list[str], bool]]]:
     """`view` with the note on what was dropped in the request at `at` (merging an earlier note),
     and the spans to keep for read-back.
 
     The note records how many observations (tool-result requests) went with the dropped steps:
     the compaction frontier still counts them, so a view of this view compacts the same messages.
 
-    Each dropped step is a span of its own (kept once); the note names a span listing them, whose
-    ref comes from the first step dropped after the head. Drops start there every time, so the
-    ref, and with it the note's text, stays the same as more steps are dropped: the request
-    holding the note stays in the provider's prompt cache.
+    Each dropped step (its ref in `step_refs`, its input range in `steps`) is a span of its own
+    (kept once); the note names a span listing them, whose ref comes from the first step dropped
+    after the head. Drops start there every time, so the ref, and with it the note's text, stays
+    the same as more steps are dropped: the request holding the note stays in the provider's
+    prompt cache. `notes=False`: the input holds no earlier note (nothing to merge). `noted`: the
+    (request, record, noted request) of an earlier call, reused when the same again; a new one is
+    appended to `notes_out`.
     """
-    step_refs = [_markers.span_ref(step) for step in steps]
     earlier_ref: str | None = None
     earlier_steps: list[str] = []
-    for i, message in enumerate(view):
+    for i, message in enumerate(view if notes else ()):
         found = drop_record(message)
         if found is not None:
             # A view of a view under a smaller budget: one note for everything removed.
@@ -493,11 +636,18 @@ def _with_note(
         # The request may already be a summary (merged into the task framing): its record stays,
         # with the drop's nested under it.
         combined = {**existing, MARKER_KIND: record} if existing is not None else record
-        view[at] = dataclasses.replace(
-            target,
-            parts=[*target.parts, UserPromptPart(note, timestamp=stamp)],
-            metadata=_parts.with_marker(target.metadata, combined),
-        )
+        if noted is not None and noted[0] is target and noted[1] == combined:
+            # The same note on the same request as the previous compile: the same object, so
+            # what is remembered of the view's prefix (totals, validity) stays valid.
+            view[at] = noted[2]
+        else:
+            view[at] = dataclasses.replace(
+                target,
+                parts=[*target.parts, UserPromptPart(note, timestamp=stamp)],
+                metadata=_parts.with_marker(target.metadata, combined),
+            )
+            if notes_out is not None:
+                notes_out.append((target, combined, view[at]))
     else:
         # Only in a malformed view (two responses in a row): the note gets a request of its own.
         request = ModelRequest(
@@ -506,11 +656,10 @@ def _with_note(
             run_id=getattr(target, 'run_id', None),
         )
         view.insert(at + 1, request)
-    spans: list[tuple[str, list[ModelMessage | str], bool]] = [
-        (step_ref, list[ModelMessage | str](step), False)
-        for step_ref, step in zip(step_refs, steps, strict=True)
+    spans: list[tuple[str, tuple[int, int] | list[str], bool]] = [
+        (step_ref, step, False) for step_ref, step in zip(step_refs, steps, strict=True)
     ]
-    spans.append((ref, list[ModelMessage | str](all_steps), True))
+    spans.append((ref, all_steps, True))
     return view, spans
 
 

@@ -22,11 +22,12 @@ summary cache in `summary_cache.py`.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -38,24 +39,29 @@ from pydantic_ai.messages import (
 )
 from pydantic_core import PydanticSerializationError
 
-from pydantic_ai_context import _parts
+from pydantic_ai_context import _markers, _parts
 from pydantic_ai_context._memo import ObjectMemo
+from pydantic_ai_context._prefix import begins_with, first_difference
+from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.budget import resolve_context_window
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.policies import _summary_ahead
 from pydantic_ai_context.policies._base import AsyncPolicy
-from pydantic_ai_context.policies._frontier import unresolved_failures
+from pydantic_ai_context.policies._frontier import counter_key, unresolved_failures
 from pydantic_ai_context.policies._summary_block import (
     ACK_KIND,
     ACK_TEXT,
     KEPT_KIND,
     MARKER_KIND,
     SUMMARY_PREFIX,
+    BlockMemo,
     Zones,
     assemble_block,
     digest_text,
+    earlier_ref,
     find_zones,
     kept_in,
+    may_keep,
     summary_request_part,
 )
 from pydantic_ai_context.policies.summariser import (
@@ -70,7 +76,7 @@ from pydantic_ai_context.policies.summariser import (
     summary_prompt,
 )
 from pydantic_ai_context.policies.summary_cache import InMemorySummaryCache, SummaryCache
-from pydantic_ai_context.tokens import message_tokens
+from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import CompileContext, current_run
 
 # The summariser call and the summary cache live in their own modules; their names stay
@@ -236,6 +242,11 @@ class SummarizeWindow(AsyncPolicy):
 
     _breaker: CircuitBreaker = field(default_factory=CircuitBreaker, init=False, repr=False, compare=False)
     _digests: ObjectMemo[str] = field(default_factory=ObjectMemo[str], init=False, repr=False, compare=False)
+    _reading: _Reading | None = field(default=None, init=False, repr=False, compare=False)
+    _block: BlockMemo = field(default_factory=BlockMemo, init=False, repr=False, compare=False)
+    _oversized: tuple[str, int | None, int | None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if self.step_messages < 1:
@@ -324,9 +335,9 @@ class SummarizeWindow(AsyncPolicy):
         last = (zones.log_index(end) - zones.head_log) // self.step_messages
         for k in range(first, last + 1):
             target = zones.input_index(zones.head_log + k * self.step_messages)
-            best = max([c for c in cuts if c <= target], default=None)
-            if best is not None:
-                ends.add(best)
+            at = bisect.bisect_right(cuts, target)
+            if at:
+                ends.add(cuts[at - 1])
         ends.add(end)
         return sorted(ends)
 
@@ -364,24 +375,38 @@ class SummarizeWindow(AsyncPolicy):
         model: Any,
         size: int | None,
     ) -> dict[int, str]:
-        """The cache key of the span from `start` to each of `ends`, in one pass over the span."""
-        wanted = set(ends)
-        keys: dict[int, str] = {}
-        running = hashlib.sha256()
-        for i in range(start, max(wanted, default=start)):
-            running.update(self._message_digest(messages[i]).encode())
-            if i + 1 in wanted:
-                payload = {
-                    'version': PROMPT_VERSION,
-                    'model': model_name(model),
-                    'instructions': self.instructions or '',
-                    'max_part_chars': self.max_part_chars,
-                    'previous': previous or '',
-                    'span': running.hexdigest(),
-                    'size': size or 0,
-                }
-                keys[i + 1] = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-        return keys
+        """The cache key of the span from `start` to each of `ends`."""
+        template = self._key_template(previous, model, size)
+        return {end: self._key_of(messages, start, end, template) for end in ends}
+
+    def _key_template(self, previous: str | None, model: Any, size: int | None) -> tuple[str, str]:
+        """The cache key's JSON payload before and after the span's digest (keys sorted: the same
+        text `json.dumps(payload, sort_keys=True)` gives)."""
+        payload = {
+            'version': PROMPT_VERSION,
+            'model': model_name(model),
+            'instructions': self.instructions or '',
+            'max_part_chars': self.max_part_chars,
+            'previous': previous or '',
+            'span': '@',
+            'size': size or 0,
+        }
+        # A quote never appears unescaped inside a JSON string, so '"@"' is the span's value only.
+        before, after = json.dumps(payload, sort_keys=True).split('"@"')
+        return before, after
+
+    def _key_of(
+        self, messages: Sequence[ModelMessage], start: int, end: int, template: tuple[str, str]
+    ) -> str:
+        reading = self._reading
+        if reading is not None and reading.reads(messages):
+            span = reading.span_digest(start, end, self._message_digest)
+        else:
+            running = hashlib.sha256()
+            for i in range(start, end):
+                running.update(self._message_digest(messages[i]).encode())
+            span = running.hexdigest()
+        return hashlib.sha256(f'{template[0]}"{span}"{template[1]}'.encode()).hexdigest()
 
     # --- applying -----------------------------------------------------------------------------
 
@@ -394,11 +419,14 @@ class SummarizeWindow(AsyncPolicy):
             if self.ahead:  # --- summary ahead (see _summary_ahead) ---
                 _summary_ahead.start_if_due(self, messages, None, model, context)
             return messages
-        zones = find_zones(messages)
+        reading = self._reading = _Reading.of(messages, context.counter, self._reading)
+        zones = find_zones(messages, summaries=reading.summaries)
         if zones is None:
             return messages
         reuse: tuple[int, str] | None = None
         if self._plans_by_budget(context):
+            if self.ahead:  # --- summary ahead: file what landed under this view's keys ---
+                _summary_ahead.adopt(self, messages, zones, model, context)
             planned = self._plan_shrink(messages, zones, model, context)
             if planned is None:
                 return messages
@@ -414,7 +442,7 @@ class SummarizeWindow(AsyncPolicy):
         else:
             end = self._span_end(messages, zones, context)
         unresolved = unresolved_failures(messages)
-        kept = kept_in(messages, zones.start, end, unresolved)
+        kept = kept_in(messages, zones.start, end, unresolved, candidates=reading.may_keep(zones.start, end))
         while (
             kept.loose_response_at is not None
             and isinstance(messages[end], ModelResponse)
@@ -423,7 +451,9 @@ class SummarizeWindow(AsyncPolicy):
             # A kept response part with no call to pair with cannot sit before a tail that starts with a
             # response; leave that message in the tail instead.
             end = max([c for c in safe_cut_points(messages) if zones.start <= c <= kept.loose_response_at])
-            kept = kept_in(messages, zones.start, end, unresolved)
+            kept = kept_in(
+                messages, zones.start, end, unresolved, candidates=reading.may_keep(zones.start, end)
+            )
         if end <= zones.start:
             return messages
         if reuse is not None and reuse[0] == end:
@@ -434,8 +464,19 @@ class SummarizeWindow(AsyncPolicy):
             text, status = await self._summary(messages, zones, end, model, context, why)
         if self.ahead:  # --- summary ahead: report the usage of the summaries made ahead ---
             _summary_ahead.settle(self, messages, zones, end, model, context)
+        earlier = earlier_ref(messages, zones.start)
         return assemble_block(
-            messages, zones, end, kept, text, status, self.role, originals=context.originals
+            messages,
+            zones,
+            end,
+            kept,
+            text,
+            status,
+            self.role,
+            originals=context.originals,
+            ref=reading.span_ref(zones.start, end, earlier),
+            observations=reading.observations[end] - reading.observations[zones.start],
+            reuse=self._block,
         )
 
     # --- planning a shrink under a budget -----------------------------------------------------
@@ -511,9 +552,7 @@ class SummarizeWindow(AsyncPolicy):
         if not candidates:
             return None
         counter = context.counter
-        suffix = [0] * (len(messages) + 1)
-        for i in range(len(messages) - 1, candidates[0] - 1, -1):
-            suffix[i] = suffix[i + 1] + message_tokens(counter, messages[i])
+        suffix = self._suffix_tokens(messages, candidates[0], context)
         # The head, the summary's framing and acknowledgement, whatever the summary does not replace.
         fixed = counter.count_messages(zones.head) + counter.count_text(SUMMARY_PREFIX + ACK_TEXT) + 8
         high = self._trigger_tokens(context) or budget.limit
@@ -543,6 +582,18 @@ class SummarizeWindow(AsyncPolicy):
             return None  # no summary makes it fit: better leave the steps to fit_to_budget
         return reachable[-1], None
 
+    def _suffix_tokens(
+        self, messages: Sequence[ModelMessage], first: int, context: CompileContext
+    ) -> _Suffix | list[int]:
+        """`message_tokens` of `messages[i:]` for each `i` from `first` on."""
+        reading = self._reading
+        if reading is not None and reading.reads(messages):
+            return _Suffix(reading.totals)
+        suffix = [0] * (len(messages) + 1)
+        for i in range(len(messages) - 1, first - 1, -1):
+            suffix[i] = suffix[i + 1] + message_tokens(context.counter, messages[i])
+        return suffix
+
     def _walk_chain(
         self,
         messages: Sequence[ModelMessage],
@@ -558,10 +609,10 @@ class SummarizeWindow(AsyncPolicy):
         """
         start, previous, previous_digest = zones.start, zones.previous, zones.previous_digest
         while True:
-            keys = self._keys(messages, start, [e for e in ends if e > start], previous_digest, model, size)
+            template = self._key_template(previous_digest, model, size)
             found: tuple[int, str] | None = None
-            for candidate in sorted(keys, reverse=True):
-                text = self.cache.get(keys[candidate])
+            for candidate in sorted((e for e in ends if e > start), reverse=True):
+                text = self.cache.get(self._key_of(messages, start, candidate, template))
                 if text:
                     found = (candidate, text)
                     break
@@ -600,11 +651,23 @@ class SummarizeWindow(AsyncPolicy):
         if not self._breaker.allows(now, self.breaker_cooldown):
             return self._fallback(previous, messages, start, end, zones, context, why, 'circuit breaker open')
         instructions = SUMMARISER_INSTRUCTIONS + (f'\n\n{self.instructions}' if self.instructions else '')
-        prompt = self._fitted_prompt(messages[start:end], context, previous, size, instructions, model)
+        limit = _summariser_input_limit(context, model, instructions, size)
+        # A span whose transcript did not fit this limit in this conversation (same generation of
+        # the compiling scope: the log's originals are the same) does not fit now either; rendering
+        # it again, at every request, would cost a pass over the whole span.
+        oversized = (key, limit, active_generation())
+        prompt = (
+            None
+            if oversized[2] is not None and oversized == self._oversized
+            else self._fitted_prompt(messages[start:end], context, previous, size, instructions, model, limit)
+        )
         if prompt is None:
+            self._oversized = oversized
             return self._fallback(
                 previous, messages, start, end, zones, context, why, "transcript over the summariser's window"
             )
+        if why == _summary_ahead.AHEAD:  # --- summary ahead: what a cancelled call would have cost ---
+            context._details['summary_prompt_tokens'] = context.counter.count_text(prompt)
         try:
             text, input_tokens, output_tokens = await run_summariser(
                 model, prompt, instructions=instructions, timeout=self.timeout
@@ -655,6 +718,7 @@ class SummarizeWindow(AsyncPolicy):
         size: int | None,
         instructions: str,
         model: Any,
+        limit: int | None,
     ) -> str | None:
         """The summariser's prompt for `span`, within what its model accepts; `None` if nothing fits.
 
@@ -662,7 +726,6 @@ class SummarizeWindow(AsyncPolicy):
         than the view: parts are clipped shorter (the facts of each original are still listed),
         then the view's own text stands for the originals, until the prompt fits.
         """
-        limit = _summariser_input_limit(context, model, instructions, size)
         originals = _shortened_originals(span, context.log)
         max_chars = self.max_part_chars
         while True:
@@ -745,3 +808,192 @@ def _shortened_originals(span: Sequence[ModelMessage], log: Sequence[ModelMessag
             if part.tool_call_id in wanted and _parts.marker(part) is None:
                 found[part.tool_call_id] = part
     return found
+
+
+# --- what the policy reads of each message, from one compile to the next --------------------------
+
+
+@dataclass(eq=False)
+class _Running:
+    """A running hash over the messages from `start`: its state after each of them."""
+
+    start: int
+    seed: Any
+    """The state before the first message."""
+    states: list[Any] = field(default_factory=list[Any])
+
+    def at(self, end: int, piece: Callable[[int], bytes]) -> Any:
+        """The state after `messages[start:end]` (a copy, free to finish)."""
+        if end <= self.start:
+            return self.seed.copy()
+        states = self.states
+        if len(states) < end - self.start:
+            running = (states[-1] if states else self.seed).copy()
+            for i in range(self.start + len(states), end):
+                running.update(piece(i))
+                states.append(running.copy())
+        return states[end - self.start - 1].copy()
+
+
+@dataclass(eq=False)
+class _Suffix:
+    """Tokens of `messages[i:]`, from running totals."""
+
+    totals: list[int]
+
+    def __getitem__(self, i: int) -> int:
+        return self.totals[-1] - self.totals[i]
+
+
+_RUNNING_STARTS: Final = 4
+"""Running hashes kept per kind (by the span's start): the chain of cached summaries has a few links."""
+
+
+@dataclass(eq=False)
+class _Reading:
+    """What `summarize_window` reads of each message of its input, kept from one compile to the next.
+
+    Per message: its tokens (running totals), whether it is a tool-result request (running count),
+    whether it carries a summary's marker, whether the summary's block may have to keep something
+    of it, its digest; and running hashes of spans (the cache key's digest and the span's ref). The
+    next compile of the same conversation (same generation of the compiling scope: no message
+    edited in place since) reads only the messages from the first one that changed, so zones,
+    plans, keys and refs cost the new messages plus a few passes over plain lists.
+    """
+
+    messages: tuple[ModelMessage, ...]
+    generation: int | None
+    counter: Hashable
+    totals: list[int]
+    """`message_tokens` of the messages before each one, and of all."""
+    observations: list[int]
+    """Tool-result requests before each message, and of all."""
+    summaries: list[int]
+    """Messages that carry a summary's marker."""
+    own: list[int]
+    """Messages the block may keep something of whatever their neighbours (`may_keep`)."""
+    pinned: list[int]
+    """Requests that are pinned or hold a pinned result (the response before may keep its calls)."""
+    failed: list[int]
+    """Requests that hold a failed result (the response before may keep an unresolved call)."""
+    digests: list[str] = field(default_factory=list[str])
+    """Digests of the first messages (read as the cache keys need them)."""
+    keys: dict[Any, _Running] = field(default_factory=dict[Any, _Running])
+    """Running hashes of message digests (cache keys), by the span's start."""
+    refs: dict[Any, _Running] = field(default_factory=dict[Any, _Running])
+    """Running hashes of message signatures (span refs), by the span's start and earlier ref."""
+
+    @classmethod
+    def of(
+        cls, messages: Sequence[ModelMessage], counter: TokenCounter, previous: _Reading | None
+    ) -> _Reading:
+        generation = active_generation()
+        key = counter_key(counter)
+        same = 0
+        if (
+            previous is not None
+            and generation is not None
+            and previous.generation == generation
+            and previous.counter == key
+        ):
+            same = (
+                len(previous.messages)
+                if begins_with(messages, previous.messages)
+                else first_difference(previous.messages, messages)
+            )
+        if previous is None or same == 0:
+            reading = cls((), generation, key, [0], [0], [], [], [], [])
+        else:
+            reading = previous
+            reading.truncate(same)
+        reading._read(messages, counter)
+        return reading
+
+    def reads(self, messages: Sequence[ModelMessage]) -> bool:
+        """This reading is of `messages` (the list the policy is applied to)."""
+        return len(self.messages) == len(messages) and (not messages or self.messages[-1] is messages[-1])
+
+    def truncate(self, n: int) -> None:
+        self.messages = self.messages[:n]
+        del self.totals[n + 1 :], self.observations[n + 1 :], self.digests[n:]
+        for positions in (self.summaries, self.own, self.pinned, self.failed):
+            del positions[bisect.bisect_left(positions, n) :]
+        for runnings in (self.keys, self.refs):
+            for key in list(runnings):
+                running = runnings[key]
+                if running.start >= n:
+                    del runnings[key]
+                else:
+                    del running.states[n - running.start :]
+
+    def _read(self, messages: Sequence[ModelMessage], counter: TokenCounter) -> None:
+        start = len(self.messages)
+        total, count = self.totals[-1], self.observations[-1]
+        for i in range(start, len(messages)):
+            message = messages[i]
+            total += message_tokens(counter, message)
+            self.totals.append(total)
+            results = _parts.tool_results(message)
+            if results:
+                count += 1
+                if _parts.is_pinned(message) or any(_parts.is_pinned(p) for p in results):
+                    self.pinned.append(i)
+                if any(_parts.is_failed_result(p) for p in results):
+                    self.failed.append(i)
+            elif isinstance(message, ModelRequest) and _parts.is_pinned(message):
+                self.pinned.append(i)
+            self.observations.append(count)
+            if (_parts.marker(message) or {}).get('kind') == MARKER_KIND:
+                self.summaries.append(i)
+            if may_keep(message):
+                self.own.append(i)
+        self.messages = tuple(messages)
+
+    def may_keep(self, start: int, end: int) -> list[int]:
+        """The indices in `[start, end)` the summary's block may keep something of, in order."""
+        own = self.own[bisect.bisect_left(self.own, start) : bisect.bisect_left(self.own, end)]
+        before = [
+            j - 1
+            for positions in (self.pinned, self.failed)
+            for j in positions[
+                bisect.bisect_left(positions, start + 1) : bisect.bisect_left(positions, end + 1)
+            ]
+        ]
+        return sorted({*own, *before}) if before else own
+
+    def span_digest(self, start: int, end: int, digest: Callable[[ModelMessage], str]) -> str:
+        """The hex digest of the messages' digests from `start` to `end` (the cache key's span)."""
+        running = self._running(self.keys, start, start, hashlib.sha256)
+        messages, digests = self.messages, self.digests
+
+        def piece(i: int) -> bytes:
+            while len(digests) <= i:
+                digests.append(digest(messages[len(digests)]))
+            return digests[i].encode()
+
+        return str(running.at(end, piece).hexdigest())
+
+    def span_ref(self, start: int, end: int, earlier: str | None) -> str:
+        """`_markers.span_ref` of the span a summary of `[start, end)` stands for (`earlier` first)."""
+
+        def seed() -> Any:
+            h = hashlib.blake2b(digest_size=4)
+            if earlier is not None:
+                h.update(earlier.encode())
+                h.update(b'\x00')
+            return h
+
+        running = self._running(self.refs, (start, earlier), start, seed)
+        messages = self.messages
+        state = running.at(end, lambda i: _markers.message_signature(messages[i]) + b'\x00')
+        return 's' + str(state.hexdigest())
+
+    def _running(
+        self, runnings: dict[Any, _Running], key: Any, start: int, seed: Callable[[], Any]
+    ) -> _Running:
+        found = runnings.get(key)
+        if found is None:
+            if len(runnings) >= _RUNNING_STARTS:
+                del runnings[next(iter(runnings))]
+            found = runnings[key] = _Running(start, seed())
+        return found

@@ -92,7 +92,7 @@ def nominal_part_tokens(part: Any, counter: TokenCounter) -> int:
 def observation_indices(messages: Sequence[ModelMessage]) -> list[int]:
     """Indices of the requests that carry tool results: one observation per agent step."""
     # During a compile the fold of the previous list is resumed from its first changed message.
-    return list(resumed_fold('frontier.observations', messages, _Observations).indices)
+    return resumed_fold('frontier.observations', messages, _Observations, _Observations.found)
 
 
 class _Observations:
@@ -101,6 +101,9 @@ class _Observations:
     def __init__(self) -> None:
         self.messages: list[ModelMessage] = []
         self.indices: list[int] = []
+
+    def found(self) -> list[int]:
+        return list(self.indices)
 
     def truncate(self, n: int) -> None:
         del self.messages[n:], self.indices[bisect.bisect_left(self.indices, n) :]
@@ -120,7 +123,7 @@ def unresolved_failures(messages: Sequence[ModelMessage]) -> set[str]:
     same tool `T`: the agent got past it, so the failure is history. Until then it stays visible.
     """
     # During a compile the fold of the previous list is resumed from its first changed message.
-    return resumed_fold('frontier.failures', messages, _Failures).unresolved()
+    return resumed_fold('frontier.failures', messages, _Failures, _Failures.unresolved)
 
 
 class _Failures:

@@ -451,11 +451,12 @@ def _variants(log: list[ModelMessage], cuts: list[tuple[int, int, str]]) -> list
 
 def _folded(messages: list[ModelMessage], counter: Any) -> tuple[Any, ...]:
     from pydantic_ai_context.integrity import _already_valid, safe_cut_points
-    from pydantic_ai_context.policies._frontier import unresolved_failures
+    from pydantic_ai_context.policies._frontier import observation_indices, unresolved_failures
     from pydantic_ai_context.views import run_spans
 
     return (
         safe_cut_points(messages),
+        observation_indices(messages),
         unresolved_failures(messages),
         run_spans(messages),
         _already_valid(messages),
@@ -475,7 +476,7 @@ def _folded(messages: list[ModelMessage], counter: Any) -> tuple[Any, ...]:
 def test_folds_resumed_within_a_compile_equal_fresh_ones(
     log: list[ModelMessage], cuts: list[tuple[int, int, str]]
 ) -> None:
-    """Cut points, unresolved failures, runs, the validity check and token totals are folds the
+    """Cut points, observations, unresolved failures, runs, the validity check and token totals are folds the
     compiling scope resumes from the first message that differs from a list it folded before:
     each must equal the value computed outside any compile, whatever order the lists come in."""
     counter = HeuristicCounter()

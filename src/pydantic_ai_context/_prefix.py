@@ -10,6 +10,7 @@ computation would give.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import threading
 from collections.abc import Sequence
@@ -32,16 +33,8 @@ def first_difference(before: Sequence[object], after: Sequence[object]) -> int:
     """The index of the first message that is not the same object in both lists (the shorter
     length when one begins with the other)."""
     n = min(len(before), len(after))
-    if begins_with(after[:n], before[:n]):
-        return n
-    low, high = 0, n  # the first n' with before[:n'] not a prefix of after
-    while low < high:
-        middle = (low + high) // 2
-        if begins_with(after[: middle + 1], before[: middle + 1]):
-            low = middle + 1
-        else:
-            high = middle
-    return low
+    # One pass in C: the index of the first pair that is not the same object (zip stops at n).
+    return next(itertools.compress(itertools.count(), map(operator.is_not, before, after)), n)
 
 
 class PrefixMemo(Generic[S]):

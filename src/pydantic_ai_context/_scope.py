@@ -333,24 +333,31 @@ class Fold(Protocol):
 
 
 F = TypeVar('F', bound=Fold)
+R = TypeVar('R')
 
 _FOLDS_PER_NAME: Final = 8
 
 
-def resumed_fold(name: Hashable, messages: Sequence[Any], new: Callable[[], F]) -> F:
+def resumed_fold(name: Hashable, messages: Sequence[Any], new: Callable[[], F], read: Callable[[F], R]) -> R:
     """The fold `name` over `messages`, resumed from the first message that changed since one of
     the active scope's last folds of that name (a fresh one outside a compile).
 
     The scope checks once per compile that no message changed in place, and its caches belong to one
     generation, so a fold resumed this way equals a fresh one. Each call's work is the messages after
     the first difference (and what the fold undoes of the old suffix), not the whole list.
-    The fold is shared: read its results before the next call of the same name.
+    Returns `read(fold)`, taken under the lock that guards the scope's folds (threads compiling
+    with one profile share them).
     """
     folds = scope_cache(('fold', name))
     if folds is None:
         fold = new()
         fold.extend(messages)
-        return fold
+        return read(fold)
+    with _FOLDS_LOCK:
+        return read(_resume(folds, messages, new))
+
+
+def _resume(folds: dict[Any, Any], messages: Sequence[Any], new: Callable[[], F]) -> F:
     best: F | None = None
     best_key: int | None = None
     best_same = -1
@@ -384,6 +391,7 @@ def resumed_fold(name: Hashable, messages: Sequence[Any], new: Callable[[], F]) 
 
 
 _FOLD_KEYS: Final = itertools.count()
+_FOLDS_LOCK: Final = threading.RLock()
 
 
 def scope_cache(name: Hashable) -> dict[Any, Any] | None:

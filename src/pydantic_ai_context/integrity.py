@@ -164,7 +164,11 @@ def check_messages(messages: Sequence[Any]) -> None:
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise HistoryIntegrityError(None, f'expected a list of ModelMessage, got {type(messages).__name__}')
     # During a compile, checked once per message: a log is the previous log plus a few messages.
-    _scope.resumed_fold('integrity.checked', messages, _Checked)
+    _scope.resumed_fold('integrity.checked', messages, _Checked, _nothing)
+
+
+def _nothing(fold: object) -> None:
+    return None
 
 
 class _Checked:
@@ -277,7 +281,7 @@ def safe_cut_points(messages: Sequence[ModelMessage]) -> list[int]:
     """
     check_messages(messages)
     # During a compile the cut points of the previous list are resumed from its first changed message.
-    return _scope.resumed_fold('integrity.cuts', messages, _Cuts).points()
+    return _scope.resumed_fold('integrity.cuts', messages, _Cuts, _Cuts.points)
 
 
 class _Cuts:
@@ -472,16 +476,16 @@ def _already_valid(messages: Sequence[ModelMessage]) -> bool:
         return True
     # During a compile, the check of the list without its newest request (which pydantic-ai may
     # still fill in) is resumed from the first message that changed since an earlier list.
-    fold = _scope.resumed_fold('integrity.valid', messages[:-1], _Validity)
-    if fold.bad_at is not None:
+    valid, expect_request, calls = _scope.resumed_fold(
+        'integrity.valid', messages[:-1], _Validity, _Validity.state
+    )
+    if not valid:
         return False
     last = messages[-1]
-    if not isinstance(last, ModelRequest) or not fold.expect_request:
+    if not isinstance(last, ModelRequest) or not expect_request:
         return False  # out of turn, or a view that ends with a response
     has_parts, _, result_ids, deep = _shape(last)
-    return (
-        has_parts and not deep and len(result_ids) == len(fold.calls) and set(result_ids) == set(fold.calls)
-    )
+    return has_parts and not deep and len(result_ids) == len(calls) and set(result_ids) == set(calls)
 
 
 class _Validity:
@@ -503,6 +507,10 @@ class _Validity:
     @property
     def calls(self) -> tuple[str, ...]:
         return self.call_ids[-1] if self.call_ids else ()
+
+    def state(self) -> tuple[bool, bool, tuple[str, ...]]:
+        """(valid so far, a request is expected next, the calls it must answer)."""
+        return self.bad_at is None, self.expect_request, self.calls
 
     def truncate(self, n: int) -> None:
         if self.bad_at is not None and self.bad_at < n:

@@ -178,10 +178,13 @@ class _MessageCounter:
         # after compiling, so that one may have changed in place.
         if not messages:
             return 0
-        fold = resumed_fold(('tokens.totals', self), messages[:-1], lambda: _Totals(self))
+        total, instructions = resumed_fold(
+            ('tokens.totals', self), messages[:-1], lambda: _Totals(self), _Totals.last
+        )
         last = self._entry(messages[-1])
-        instructions = last.instructions_tokens if last.instructions is not None else fold.instructions[-1]
-        return fold.totals[-1] + last.parts_tokens + (instructions or 0)
+        if last.instructions is not None:
+            instructions = last.instructions_tokens
+        return total + last.parts_tokens + (instructions or 0)
 
     def cache_info(self) -> CacheInfo:
         """Hits and misses of the per-message memo: a miss is a message whose text was counted."""
@@ -237,6 +240,9 @@ class _Totals:
 
     def truncate(self, n: int) -> None:
         del self.messages[n:], self.totals[n + 1 :], self.instructions[n + 1 :]
+
+    def last(self) -> tuple[int, int | None]:
+        return self.totals[-1], self.instructions[-1]
 
     def extend(self, messages: Sequence[ModelMessage]) -> None:
         entry_of = self.counter._entry

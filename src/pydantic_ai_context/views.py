@@ -89,12 +89,7 @@ def run_spans(messages: Sequence[ModelMessage]) -> list[RunSpan]:
     if not messages:
         return []
     # During a compile, the runs of the previous list are resumed from its first changed message.
-    fold = resumed_fold('views.runs', messages, _Runs)
-    if fold.requests[-1] and not fold.unnamed[-1]:
-        return _spans_by_run_id(messages, fold)
-    starts = fold.starts
-    ends = [*starts[1:], len(messages)]
-    return [RunSpan(start=s, end=e) for s, e in zip(starts, ends, strict=True)]
+    return resumed_fold('views.runs', messages, _Runs, _Runs.spans)
 
 
 class _Runs:
@@ -113,6 +108,12 @@ class _Runs:
         """Where a run starts by run id (the id differs from the one in force before)."""
         self.earlier: dict[str, int] = {}
         """Each prompt text seen, with where it first appeared (`_boundaries` rule 2)."""
+
+    def spans(self) -> list[RunSpan]:
+        if self.requests[-1] and not self.unnamed[-1]:
+            return _spans_by_run_id(self.messages, self)
+        ends = [*self.starts[1:], len(self.messages)]
+        return [RunSpan(start=s, end=e) for s, e in zip(self.starts, ends, strict=True)]
 
     def truncate(self, n: int) -> None:
         del self.messages[n:], self.requests[n + 1 :], self.unnamed[n + 1 :], self.current[n:]

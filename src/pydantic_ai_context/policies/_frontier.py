@@ -91,7 +91,29 @@ def nominal_part_tokens(part: Any, counter: TokenCounter) -> int:
 
 def observation_indices(messages: Sequence[ModelMessage]) -> list[int]:
     """Indices of the requests that carry tool results: one observation per agent step."""
-    return [i for i, m in enumerate(messages) if isinstance(m, ModelRequest) and _parts.tool_results(m)]
+    # During a compile the fold of the previous list is resumed from its first changed message.
+    return resumed_fold('frontier.observations', messages, _Observations, _Observations.found)
+
+
+class _Observations:
+    """`observation_indices` as a fold."""
+
+    def __init__(self) -> None:
+        self.messages: list[ModelMessage] = []
+        self.indices: list[int] = []
+
+    def found(self) -> list[int]:
+        return list(self.indices)
+
+    def truncate(self, n: int) -> None:
+        del self.messages[n:], self.indices[bisect.bisect_left(self.indices, n) :]
+
+    def extend(self, messages: Sequence[ModelMessage]) -> None:
+        for i in range(len(self.messages), len(messages)):
+            message = messages[i]
+            if isinstance(message, ModelRequest) and _parts.tool_results(message):
+                self.indices.append(i)
+            self.messages.append(message)
 
 
 def unresolved_failures(messages: Sequence[ModelMessage]) -> set[str]:
@@ -101,7 +123,7 @@ def unresolved_failures(messages: Sequence[ModelMessage]) -> set[str]:
     same tool `T`: the agent got past it, so the failure is history. Until then it stays visible.
     """
     # During a compile the fold of the previous list is resumed from its first changed message.
-    return resumed_fold('frontier.failures', messages, _Failures).unresolved()
+    return resumed_fold('frontier.failures', messages, _Failures, _Failures.unresolved)
 
 
 class _Failures:

@@ -904,8 +904,8 @@ class _Reading:
         if previous is None or same == 0:
             reading = cls((), generation, key, [0], [0], [], [], [], [])
         else:
-            reading = previous
-            reading.truncate(same)
+            # A copy: a compile suspended in the summariser call still reads the one it made.
+            reading = previous.truncated(same)
         reading._read(messages, counter)
         return reading
 
@@ -913,18 +913,33 @@ class _Reading:
         """This reading is of `messages` (the list the policy is applied to)."""
         return len(self.messages) == len(messages) and (not messages or self.messages[-1] is messages[-1])
 
-    def truncate(self, n: int) -> None:
-        self.messages = self.messages[:n]
-        del self.totals[n + 1 :], self.observations[n + 1 :], self.digests[n:]
-        for positions in (self.summaries, self.own, self.pinned, self.failed):
-            del positions[bisect.bisect_left(positions, n) :]
-        for runnings in (self.keys, self.refs):
-            for key in list(runnings):
-                running = runnings[key]
-                if running.start >= n:
-                    del runnings[key]
-                else:
-                    del running.states[n - running.start :]
+    def truncated(self, n: int) -> _Reading:
+        """What this reading holds of its first `n` messages (a new reading: this one is unchanged)."""
+
+        def below(positions: list[int]) -> list[int]:
+            return positions[: bisect.bisect_left(positions, n)]
+
+        def kept(runnings: dict[Any, _Running]) -> dict[Any, _Running]:
+            return {
+                key: _Running(r.start, r.seed, r.states[: n - r.start])
+                for key, r in runnings.items()
+                if r.start < n
+            }
+
+        return _Reading(
+            self.messages[:n],
+            self.generation,
+            self.counter,
+            self.totals[: n + 1],
+            self.observations[: n + 1],
+            below(self.summaries),
+            below(self.own),
+            below(self.pinned),
+            below(self.failed),
+            self.digests[:n],
+            kept(self.keys),
+            kept(self.refs),
+        )
 
     def _read(self, messages: Sequence[ModelMessage], counter: TokenCounter) -> None:
         start = len(self.messages)

@@ -28,6 +28,7 @@ from pydantic_ai_context.replay import (
     HistoryLoadError,
     ReplayResult,
     error_lines,
+    extractive_summary_model,
     geometric_mean,
     load_histories,
     load_history,
@@ -443,3 +444,28 @@ async def test_replay_reports_model_texts_kept_per_request() -> None:
     dropped = await replay(log, DropThoughts(), context_window=128_000, counter=COUNTER)
     # The first request has no earlier text; every later one lost the thought.
     assert [r.model_texts_kept for r in dropped.records] == [1.0] + [0.0] * (len(dropped.records) - 1)
+
+
+@pytest.mark.parametrize('name', ['long_horizon', 'chat'])
+async def test_summaries_made_ahead_land_between_replayed_requests(name: str) -> None:
+    # A replay never yielded to the profile's background summaries, so summarising presets (ahead
+    # by default) looked like presets that only drop: 0 summariser calls on this run at 16k.
+    log = data.load_trajectory(data.TRAJECTORY_DIR / 'mini_gemini3pro_requests_1142.json')
+    counter = TiktokenCounter()
+
+    async def run(ahead: bool) -> ReplayResult:
+        p = profile(
+            name,
+            context_window=16_000,
+            counter=counter,
+            summary_model=extractive_summary_model(),
+            summary_ahead=ahead,
+        )
+        return await replay(log, p, context_window=16_000, counter=counter)
+
+    ahead, synchronous = await run(True), await run(False)
+    assert synchronous.summary_calls > 0
+    assert ahead.summary_calls > 0
+    assert any(r.summarised for r in ahead.records)
+    # Made one request later than the synchronous summary, not dropped in its place.
+    assert ahead.cost <= synchronous.cost * 1.1

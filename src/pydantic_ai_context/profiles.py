@@ -359,6 +359,15 @@ class ContextProfile(AbstractCapability[Any]):
             self._record(event)
             await self._dispatch(event)
 
+    async def settle_background(self) -> None:
+        """Wait until the summaries this profile is writing ahead have landed (or failed).
+
+        `replay` calls it between requests: a recorded run's model answered before its next
+        request, so a summary that was on its way has landed by then (`bench/replay.py
+        --summary-latency` models a summariser slower than that).
+        """
+        await self._background.settle()
+
     async def close_background(self) -> None:
         """Cancel the summaries this profile is writing ahead; report the unused ones as discarded.
 

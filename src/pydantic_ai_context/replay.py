@@ -736,6 +736,12 @@ async def replay(
             except ContextBudgetExceeded as exc:
                 view, error = log_input, str(exc)
             compile_ms = (time.perf_counter() - started) * 1000
+            # The recorded model answered before the next request: a summary written ahead in the
+            # background lands meanwhile (without this a replay never yields to it, and a
+            # summarising profile looks like one that only drops).
+            settle = getattr(profile, 'settle_background', None)
+            if settle is not None:
+                await settle()
         weight = _weigh(view, counter, parameters, overhead_tokens, per_message=True)
         view_tokens = weight.total_tokens
         cached = _cached_prefix_tokens(view, weight, previous, previous_weight)
@@ -797,6 +803,24 @@ async def replay(
             )
         )
         previous, previous_weight = view, weight
+    close = getattr(profile, 'close_background', None)
+    if close is not None and records:
+        # Summaries made ahead and never used are spent too: charged to the last request.
+        await close()
+        late, last_event = _new_events(events, last_event)
+        if late:
+            last = records[-1]
+            records[-1] = dataclasses.replace(
+                last,
+                summary_calls=last.summary_calls
+                + sum(
+                    _int(e, 'summary_calls') or (1 if _int(e, 'summary_input_tokens') else 0) for e in late
+                ),
+                summary_input_tokens=last.summary_input_tokens
+                + sum(_int(e, 'summary_input_tokens') for e in late),
+                summary_output_tokens=last.summary_output_tokens
+                + sum(_int(e, 'summary_output_tokens') for e in late),
+            )
     name = label or ('none' if profile is None else str(getattr(profile, 'name', type(profile).__name__)))
     return ReplayResult(
         profile=name,

@@ -118,6 +118,12 @@ class _Ticking:
     def archive(self) -> Any:
         return self.inner.archive
 
+    async def settle_background(self) -> None:
+        await self.inner.settle_background()
+
+    async def close_background(self) -> None:
+        await self.inner.close_background()
+
     async def compile(self, messages: Sequence[ModelMessage], parameters: Any = None) -> list[ModelMessage]:
         try:
             return await self.inner.compile(messages, parameters=parameters)

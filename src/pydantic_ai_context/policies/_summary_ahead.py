@@ -253,6 +253,12 @@ class BackgroundSummaries:
         await _cancel(tasks)
         self._drop_made(run_id, every=False, why='made ahead, unused when its run ended')
 
+    async def settle(self) -> None:
+        """Wait for every summary in flight to land or fail, cancelling none (a replay's model answer)."""
+        live = [p.task for p in self._pending.values() if p.task is not None and not p.task.done()]
+        if live:
+            await asyncio.gather(*live, return_exceptions=True)
+
     async def close(self) -> None:
         """Cancel every summary in flight and report every unused one as discarded (session close, replay end)."""
         await _cancel([p.task for p in self._pending.values() if p.task is not None])

@@ -117,6 +117,12 @@ class TimedCompiler:
     def __getattr__(self, name: str) -> Any:  # events, archive, readback, name: the profile's
         return getattr(self.profile, name)
 
+    async def settle_background(self) -> None:
+        """The time between requests is the clock's `gap` (see `compile`), not a wait for the summary."""
+
+    async def close_background(self) -> None:
+        """`replay_with_latency` closes the profile after the replay and counts what that discards."""
+
     async def compile(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
         if self.waits:
             await self._run_until(self.clock.now + self.gap)  # the model answers, the tools run

@@ -15,7 +15,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import UsageLimits
 
 from pydantic_ai_context import ContextProfile, HeuristicCounter, profile
-from pydantic_ai_context._parts import marker
+from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, marker
 from pydantic_ai_context.policies.summarize import SummarizeWindow
 from pydantic_ai_context.policies.summary_cache import InMemorySummaryCache
 from pydantic_ai_context.replay import extractive_summary_model
@@ -124,6 +124,13 @@ async def test_no_model_request_waits_for_a_slow_summariser() -> None:
     latency = 1.0
     gaps, p, largest = await live_gaps(ahead=True, latency=latency)
     stats = p._background.stats()
+    if PYDANTIC_AI_MAJOR < 2:
+        # On 1.x the view replaces the run's history: the log a summary made ahead would cover is
+        # gone by the next request, so the profile summarises in place (documented in sessions.md).
+        assert stats['started'] == 0, stats
+        assert any(e.details.get('summary_calls') for e in p.events)
+        assert largest <= p.budget_for(None).limit
+        return
     assert stats['made'] >= 1, stats  # summaries are still made ...
     assert stats['used'] >= 1, stats  # ... and used
     assert any(e.details.get('summary_ahead') for e in p.events)
@@ -140,6 +147,10 @@ async def test_no_model_request_waits_for_a_slow_summariser() -> None:
 # --- cancellation -------------------------------------------------------------------------------
 
 
+@pytest.mark.skipif(
+    PYDANTIC_AI_MAJOR < 2,
+    reason='on 1.x the view replaces the run history: summaries are made in place, none is in flight at run end',
+)
 async def test_the_run_end_cancels_its_summary_in_flight_and_reports_it_discarded() -> None:
     p = profile(
         'long_horizon', context_window=WINDOW, counter=HeuristicCounter(), summary_model=slow_summariser(30)

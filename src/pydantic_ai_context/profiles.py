@@ -312,7 +312,11 @@ class ContextProfile(AbstractCapability[Any]):
             model=self.summary_model if self.summary_model is not None else model,
             log=messages,
             originals=sink,
-            background=self._background,
+            # Where the view replaces the run's history (pydantic-ai 1.x, `process_history()`), the
+            # next request no longer carries the log a summary made ahead covers: summarise in place.
+            background=self._background
+            if whole_log or ctx is None or self._background_outlives_runs
+            else None,
         )
         happened: list[CompactionEvent] = []
 

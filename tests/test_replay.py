@@ -469,3 +469,17 @@ async def test_summaries_made_ahead_land_between_replayed_requests(name: str) ->
     assert any(r.summarised for r in ahead.records)
     # Made one request later than the synchronous summary, not dropped in its place.
     assert ahead.cost <= synchronous.cost * 1.1
+
+
+async def test_read_back_is_credited_on_a_log_without_pydantic_ai_ids() -> None:
+    # Such a log is known to the archive by its compile lineage, which exists only once compiled:
+    # the ledger named its conversation from the whole recorded log before any compile (and read
+    # back through the recorded responses, not the replayed ones), so nothing was ever reachable.
+    log = data.load_trajectory(data.TRAJECTORY_DIR / 'oh_sdk_sonnet4_astropy_fitsdiff.json')
+    counter = TiktokenCounter()
+    result = await replay(
+        log, profile('coding', context_window=16_000, counter=counter), context_window=16_000, counter=counter
+    )
+    assert result.recall_round_trips >= 1
+    assert result.to_dict()['needed_or_recoverable'] == 1.0
+    assert result.needed_fact_retention < 1.0  # the view alone misses some: read-back makes up for them

@@ -94,6 +94,12 @@ class SpanCalls:
         self.conversation = conversation
         self._calls: dict[str, frozenset[str]] = {}
 
+    def resolve(self, conversation: str | None) -> None:
+        """Name the conversation once it is known (what was read before it named nothing)."""
+        if conversation is not None and conversation != self.conversation:
+            self.conversation = conversation
+            self._calls.clear()
+
     def of(self, ref: str, depth: int = 0) -> frozenset[str]:
         found = self._calls.get(ref)
         if found is not None:
@@ -151,13 +157,28 @@ class RecallLedger:
         self.spans = SpanCalls(archive, archive.conversation_of(log)) if archive is not None else None
         self.counter = counter
         self._runs = run_spans(log)
+        self._history: Sequence[ModelMessage] | None = None
         self._kept: list[tuple[int, int, str]] = []
         """(run start, tokens, text) of each round of read-back calls, kept accounting."""
 
     def charge(
-        self, index: int, view: Sequence[ModelMessage], view_tokens: int, present: set[int]
+        self,
+        index: int,
+        view: Sequence[ModelMessage],
+        view_tokens: int,
+        present: set[int],
+        *,
+        history: Sequence[ModelMessage] | None = None,
     ) -> tuple[RecallCharge, Reach | None]:
-        """The charge of the request answered by `log[index]`, whose input compiled to `view`."""
+        """The charge of the request answered by `log[index]`, whose input compiled to `view`.
+
+        `history` is that input as compiled (default `log[:index]`): read-back reads it, and a log
+        without pydantic-ai ids is known to the archive by what was compiled."""
+        self._history = history
+        if self.spans is not None and self.spans.conversation is None:
+            # A log without pydantic-ai ids is known by its compile lineage, which only exists once
+            # the profile has compiled it: the view just compiled names the conversation.
+            self.spans.resolve(self.spans.archive.conversation_of(view))
         run = next((s.start for s in self._runs if index in s), 0)
         kept = [(tokens, text) for start, tokens, text in self._kept if start == run]
         carried = sum(tokens for tokens, _ in kept)
@@ -198,7 +219,7 @@ class RecallLedger:
             return _Trips()
         assert self.spans is not None
         archive = self.spans.archive
-        history = self.log[:index]
+        history = self._history if self._history is not None else self.log[:index]
         counter = self.counter
         searches: list[str] = []
         reads: dict[tuple[str, int], None] = {}

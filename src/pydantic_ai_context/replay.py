@@ -748,7 +748,7 @@ async def replay(
         output_tokens = counter.count_message(message)
         fact_share, needed_share = index.retention(i, view)
         present = index.present(view)
-        recall, reached = ledger.charge(i, view, view_tokens, present)
+        recall, reached = ledger.charge(i, view, view_tokens, present, history=log_input)
         needed = index.needed_before(i)
         lacking = [k for k in needed if k not in present]
         reachable = _recall.recoverable(index, lacking, view, ledger.spans, reached)

@@ -288,3 +288,18 @@ def test_repair_logs_name_ids_and_kinds_never_content(caplog: pytest.LogCaptureF
         normalize(log)
     assert caplog.records, 'the repairs are logged'
     assert all(secret not in r.getMessage() for r in caplog.records)
+
+
+def test_a_pin_on_the_second_of_two_merged_requests_survives_the_merge() -> None:
+    # Found by the summariser property test once generated histories held mid-run prompts: the
+    # merged request took the first one's metadata, so a pinned task prompt lost its pin and was
+    # summarised away.
+    log = [
+        ModelRequest(parts=[UserPromptPart('and also this')]),
+        ModelRequest(parts=[UserPromptPart('task 1')], metadata={'pinned': True}),
+    ]
+    view, repairs = normalize_with_repairs(log)
+    assert [r.kind for r in repairs] == ['merged_requests']
+    assert view[0].metadata == {'pinned': True}
+    assert [p.content for p in view[0].parts] == ['and also this', 'task 1']
+    assert log[0].metadata is None  # the log is not touched

@@ -728,6 +728,7 @@ def _merge_adjacent(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
                 prev.message,
                 parts=[*prev.message.parts, *slot.message.parts],
                 instructions=slot.message.instructions or prev.message.instructions,
+                metadata=_merged_metadata(prev.message, slot.message),
             )
             out[-1] = _Slot(merged, prev.sources + slot.sources)
             repairs.append(
@@ -741,7 +742,9 @@ def _merge_adjacent(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
             and isinstance(slot.message, ModelResponse)
         ):
             merged_response = dataclasses.replace(
-                prev.message, parts=[*prev.message.parts, *slot.message.parts]
+                prev.message,
+                parts=[*prev.message.parts, *slot.message.parts],
+                metadata=_merged_metadata(prev.message, slot.message),
             )
             out[-1] = _Slot(merged_response, prev.sources + slot.sources)
             repairs.append(
@@ -752,6 +755,14 @@ def _merge_adjacent(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
         else:
             out.append(slot)
     return out
+
+
+def _merged_metadata(first: ModelMessage, second: ModelMessage) -> Any:
+    """The first message's metadata, pinned when either message was: a pin on the second message
+    must survive the merge (the application asked for that content to be kept)."""
+    if _parts.is_pinned(second) and not _parts.is_pinned(first):
+        return {**(first.metadata or {}), 'pinned': True}
+    return first.metadata
 
 
 def _drop_leading_responses(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:

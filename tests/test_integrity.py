@@ -29,6 +29,7 @@ from pydantic_ai_context import (
     validate_view,
 )
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, args_dict, args_text, json_text, to_text
+from pydantic_ai_context.integrity import unique_call_ids
 
 from .builders import History, Tool
 from .invariants import assert_all, assert_framing_kept
@@ -303,3 +304,22 @@ def test_a_pin_on_the_second_of_two_merged_requests_survives_the_merge() -> None
     assert view[0].metadata == {'pinned': True}
     assert [p.content for p in view[0].parts] == ['and also this', 'task 1']
     assert log[0].metadata is None  # the log is not touched
+
+
+def test_a_long_repeated_call_id_keeps_its_new_name_in_a_view_of_the_view() -> None:
+    # A repeated id longer than the readable limit became '<first 120 characters>-2'; compiling
+    # that view again cut the name back to 120 characters and renamed it once more (found by the
+    # hostile read-back property test once mid-run reminders kept two such calls in one run).
+    long_id = 'x' * 130
+    log: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('go')])]
+    for _ in range(3):
+        log.append(ModelResponse(parts=[ToolCallPart('ls', {}, tool_call_id=long_id)]))
+        log.append(ModelRequest(parts=[ToolReturnPart('ls', 'a.py', tool_call_id=long_id)]))
+    log.append(ModelResponse(parts=[TextPart('done')]))
+    once = unique_call_ids(log)
+    names = [p.tool_call_id for m in once for p in m.parts if isinstance(p, ToolCallPart)]
+    assert names == ['x' * 120, 'x' * 120 + '-2', 'x' * 120 + '-3']
+    assert unique_call_ids(once) == once
+    # A view that left out the first step (dropped, or collapsed into a record) keeps the names too.
+    view = [once[0], *once[3:]]
+    assert unique_call_ids(view) == view

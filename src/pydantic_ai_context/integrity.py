@@ -611,8 +611,16 @@ _UNREADABLE_ID: Final = re.compile(r"['\\\x00-\x1f\x7f]")
 _MAX_ID_CHARS: Final = 120
 
 
+_SUFFIX_ROOM: Final = 8
+"""A renamed id is its readable base (at most `_MAX_ID_CHARS`) plus `-<n>`: an id that long is
+already readable, so a view of a view keeps the names its first compile gave."""
+
+
 def _readable_id(call_id: str) -> str:
-    return _UNREADABLE_ID.sub('_', call_id.strip())[:_MAX_ID_CHARS] or 'call'
+    cleaned = _UNREADABLE_ID.sub('_', call_id.strip())
+    if cleaned == call_id and 0 < len(call_id) <= _MAX_ID_CHARS + _SUFFIX_ROOM:
+        return call_id
+    return cleaned[:_MAX_ID_CHARS] or 'call'
 
 
 def _unique_call_ids(messages: Sequence[ModelMessage], repairs: list[Repair]) -> list[ModelMessage]:

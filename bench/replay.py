@@ -71,7 +71,7 @@ from pydantic_ai_context.replay import (
     replay,
 )
 
-DEFAULT_DIR = Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'trajectories'
+DEFAULT_DIR = summary_latency.DEFAULT_DIR
 WINDOWS = (128_000, 32_000, 16_000)
 RESERVED_OUTPUT = 4_096
 SOFT_THRESHOLD = 0.75
@@ -177,14 +177,6 @@ def profile_spec(spec: str) -> tuple[str, dict[str, Any]]:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
         return node.func.id, {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
     raise ValueError(f'not a profile spec: {spec!r} (expected NAME or NAME(setting=value, ...))')
-
-
-def input_files(paths: Sequence[str]) -> list[Path]:
-    found: list[Path] = []
-    for raw in paths or [str(DEFAULT_DIR)]:
-        path = Path(raw)
-        found.extend(sorted(path.glob('*.json')) if path.is_dir() else [path])
-    return found
 
 
 async def replay_file(
@@ -404,7 +396,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
         names = [*names, 'transparent']
     counter = TiktokenCounter()
     all_results: dict[str, dict[int, dict[str, ReplayResult]]] = {}
-    for path in input_files(args.paths):
+    for path in summary_latency.input_files(args.paths):
         for n, log in enumerate(load_histories(path)):
             key = path.stem if n == 0 else f'{path.stem}[{n}]'
             all_results[key] = results = await replay_file(
@@ -422,7 +414,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
     console.print(summary_table(rows))
     if args.summary_latency is not None:  # issue 19: the wait a slow summariser adds, ahead and not
         await summary_latency.latency_report(
-            input_files(args.paths),
+            summary_latency.input_files(args.paths),
             windows=windows,
             profiles=[n for n in names if n in summary_latency.SUMMARISING],
             latency=args.summary_latency,

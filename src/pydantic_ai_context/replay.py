@@ -753,11 +753,7 @@ async def replay(
         lacking = [k for k in needed if k not in present]
         reachable = _recall.recoverable(index, lacking, view, ledger.spans, reached)
         new_events, last_event = _new_events(events, last_event)
-        summary_in = sum(_int(e, 'summary_input_tokens') for e in new_events)
-        summary_out = sum(_int(e, 'summary_output_tokens') for e in new_events)
-        summary_calls = sum(
-            _int(e, 'summary_calls') or (1 if _int(e, 'summary_input_tokens') else 0) for e in new_events
-        )
+        summary_calls, summary_in, summary_out = _summary_usage(new_events)
         records.append(
             RequestRecord(
                 index=i,
@@ -809,17 +805,13 @@ async def replay(
         await close()
         late, last_event = _new_events(events, last_event)
         if late:
+            calls, tokens_in, tokens_out = _summary_usage(late)
             last = records[-1]
             records[-1] = dataclasses.replace(
                 last,
-                summary_calls=last.summary_calls
-                + sum(
-                    _int(e, 'summary_calls') or (1 if _int(e, 'summary_input_tokens') else 0) for e in late
-                ),
-                summary_input_tokens=last.summary_input_tokens
-                + sum(_int(e, 'summary_input_tokens') for e in late),
-                summary_output_tokens=last.summary_output_tokens
-                + sum(_int(e, 'summary_output_tokens') for e in late),
+                summary_calls=last.summary_calls + calls,
+                summary_input_tokens=last.summary_input_tokens + tokens_in,
+                summary_output_tokens=last.summary_output_tokens + tokens_out,
             )
     name = label or ('none' if profile is None else str(getattr(profile, 'name', type(profile).__name__)))
     return ReplayResult(
@@ -888,6 +880,17 @@ def _sent(message: ModelMessage) -> ModelMessage:
     ]
     sent: Any = message
     return cast(ModelMessage, dataclasses.replace(sent, parts=parts, metadata=None))
+
+
+def _summary_usage(events: Sequence[Any]) -> tuple[int, int, int]:
+    """Summariser calls, input and output tokens the events report (a call per event with input
+    tokens when it does not count its calls)."""
+    calls = sum(_int(e, 'summary_calls') or (1 if _int(e, 'summary_input_tokens') else 0) for e in events)
+    return (
+        calls,
+        sum(_int(e, 'summary_input_tokens') for e in events),
+        sum(_int(e, 'summary_output_tokens') for e in events),
+    )
 
 
 def _new_events(events: Any, last: object) -> tuple[list[Any], object]:

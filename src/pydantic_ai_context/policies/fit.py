@@ -20,7 +20,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, User
 
 from pydantic_ai_context import _markers, _parts
 from pydantic_ai_context._memo import PINNED_FIELDS, ObjectMemo
-from pydantic_ai_context._prefix import begins_with, first_difference
+from pydantic_ai_context._prefix import first_difference
 from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.errors import ContextBudgetExceeded
 from pydantic_ai_context.integrity import safe_cut_points
@@ -484,11 +484,7 @@ class _Reading:
         key = counter_key(counter)
         same = 0
         if previous is not None and generation is not None and previous.generation == generation:
-            same = (
-                len(previous.messages)
-                if begins_with(messages, previous.messages)
-                else first_difference(previous.messages, messages)
-            )
+            same = first_difference(previous.messages, messages)
         if previous is None or same == 0:
             reading = cls((), generation, key, [], [], [], [0], False)
         else:

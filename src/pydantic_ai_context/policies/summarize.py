@@ -41,7 +41,7 @@ from pydantic_core import PydanticSerializationError
 
 from pydantic_ai_context import _markers, _parts
 from pydantic_ai_context._memo import ObjectMemo
-from pydantic_ai_context._prefix import begins_with, first_difference
+from pydantic_ai_context._prefix import first_difference
 from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.budget import resolve_context_window
 from pydantic_ai_context.integrity import safe_cut_points
@@ -896,11 +896,7 @@ class _Reading:
             and previous.generation == generation
             and previous.counter == key
         ):
-            same = (
-                len(previous.messages)
-                if begins_with(messages, previous.messages)
-                else first_difference(previous.messages, messages)
-            )
+            same = first_difference(previous.messages, messages)
         if previous is None or same == 0:
             reading = cls((), generation, key, [0], [0], [], [], [], [])
         else:

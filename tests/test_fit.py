@@ -267,10 +267,12 @@ def test_standalone_use_has_no_budget() -> None:
     assert fit_to_budget()(log) == log
 
 
-def fit_or_none(log: list[ModelMessage], window: int, keep: int) -> list[ModelMessage] | None:
+def fit_or_none(
+    log: list[ModelMessage], window: int, keep: int, **settings: object
+) -> list[ModelMessage] | None:
     """The fitted view, or None when `fit_to_budget` raised `ContextBudgetExceeded` with its numbers."""
     try:
-        return fit(log, window, keep_last_steps=keep)
+        return fit(log, window, keep_last_steps=keep, **settings)
     except ContextBudgetExceeded as err:
         if not (err.used > err.limit == window and err.detail):
             raise
@@ -428,3 +430,119 @@ async def test_parallel_results_each_clamped_to_the_trim_share_are_clamped_again
     assert [marker(p)['tokens'] for p in newest] == [counter.count_text(p.content) for p in log[-1].parts]
     assert all(p.content.count('trimmed by pydantic-ai-context') == 1 for p in newest)
     assert await profile(name, context_window=4_000, counter=counter).compile(view) == view
+
+
+def fresh_result_log(steps_after: int = 0) -> list[ModelMessage]:
+    """A run whose views hold long model texts (they are never masked), then one large tool result
+    (the test run), then `steps_after` small steps."""
+    h = History().user('Fix the header bug.', system='You are a coding agent.')
+    for i in range(12):
+        h.step(
+            Tool('bash', {'command': f'step {i}'}, long_text(8, prefix=f'out {i}')),
+            text=f'THOUGHT {i}: ' + 'I reason about the code. ' * 30,
+        )
+    h.step(Tool('bash', {'command': 'pytest'}, long_text(100, prefix='FAILED test')), text='Run the tests.')
+    for j in range(steps_after):
+        h.step(Tool('bash', {'command': f'fix {j}'}, 'ok'), text=f'THOUGHT: fix {j}.')
+    return h.build()
+
+
+async def test_a_fresh_large_result_just_over_the_limit_drops_no_steps_that_come_back() -> None:
+    """Regression (stop 25): in `coding`, a fresh large result that took the view just over the
+    limit made `fit_to_budget` drop older steps; the next request masked that result, the view
+    fitted whole again and the steps came back: the cached prefix broke twice (replay at 16k, 10 of
+    71 requests of `mini_gemini3pro_requests_1142`, cost 1.063 of sending everything). Now the fresh
+    result is clamped to the room left, and the next request's view extends this one."""
+    counter = HeuristicCounter()
+    coding = profile('coding', context_window=4_000, reserved_output=0, counter=counter)
+    limit = coding.budget_for().limit
+    later = fresh_result_log(steps_after=1)
+    log = later[:-2]
+    assert counter.count_messages(log) > limit
+    view = await coding.compile(log)
+    assert counter.count_messages(view) <= limit
+    assert len(view) == len(log)  # no step dropped
+    assert not any(drop_record(m) for m in view)
+    clamped = view[-1].parts[0]
+    record = marker(clamped) or {}
+    assert record.get('kind') == 'clamped'
+    original = COUNTER.count_text(log[-1].parts[0].content)
+    assert record.get('tokens') == original
+    assert f'~{original:,} tokens' in clamped.content
+    assert f"read_context('{log[-1].parts[0].tool_call_id}')" in clamped.content  # read-back reaches it
+    # The next request (the fresh result masked now) is this view plus the new messages, the
+    # fresh result aside: nothing dropped comes back.
+    next_view = await coding.compile(later)
+    assert len(next_view) == len(later)
+    assert next_view[: len(view) - 1] == view[:-1]
+    # Pure: a fresh profile compiling the same log gives the same view; a view of it is the same.
+    fresh = profile('coding', context_window=4_000, reserved_output=0, counter=counter)
+    assert await fresh.compile(log) == view
+    assert await fresh.compile(view) == view
+
+
+def test_clamp_fresh_clamps_the_newest_result_instead_of_dropping_steps() -> None:
+    log = agent_log(10)
+    big = dataclasses.replace(
+        log[-1], parts=[dataclasses.replace(log[-1].parts[0], content=long_text(60, prefix='fresh'))]
+    )
+    log = [*log[:-1], big]
+    limit = tokens(log) - 300
+    # Off (the default): older steps go, the newest result stays whole.
+    dropped = fit(log, limit)
+    assert len(dropped) < len(log)
+    assert dropped[-1] is big
+    # On: every step stays, the newest result is clamped to the room left, its size in the marker.
+    view = fit(log, limit, clamp_fresh=True)
+    assert tokens(view) <= limit
+    assert view[:-1] == log[:-1]
+    record = marker(view[-1].parts[0]) or {}
+    assert record.get('kind') == 'clamped'
+    assert record.get('tokens') == COUNTER.count_text(big.parts[0].content)
+    assert fit(view, limit, clamp_fresh=True) == view
+    # A small newest result (within `trim_tokens`) is never clamped for this: steps go.
+    small = fit(log, limit, clamp_fresh=True, trim_tokens=5_000)
+    assert small[-1] is log[-1]
+    assert len(small) < len(log)
+
+
+def test_clamp_fresh_sizes_the_chunk_without_the_fresh_excess_when_steps_go_anyway() -> None:
+    def with_fresh(lines: int) -> list[ModelMessage]:
+        log = agent_log(12)
+        big = dataclasses.replace(
+            log[-1], parts=[dataclasses.replace(log[-1].parts[0], content=long_text(lines, prefix='fresh'))]
+        )
+        return [*log[:-1], big]
+
+    log = with_fresh(25)
+    limit = tokens(log[:-1]) - 20  # a step must go even without the fresh result
+    plain = fit(log, limit, drop_granularity=0)
+    view = fit(log, limit, drop_granularity=0, clamp_fresh=True)
+    assert tokens(view) <= limit
+    # The fresh result's size made one more step go; now it is clamped into the room left.
+    assert len(view) == len(plain) + 2
+    assert view[-1] is not log[-1]
+    assert (marker(view[-1].parts[0]) or {}).get('kind') == 'clamped'
+    assert fit(view, limit, drop_granularity=0, clamp_fresh=True) == view
+    # When the room left would hold less than half the fresh result, steps go as without the setting.
+    log = with_fresh(40)
+    limit = tokens(log[:-1]) - 20
+    assert fit(log, limit, drop_granularity=0, clamp_fresh=True) == fit(log, limit, drop_granularity=0)
+
+
+@PROPS
+@given(log=any_histories, window=st.integers(150, 3_000), keep=st.integers(0, 3))
+def test_invariants_or_a_clear_error_clamping_fresh_results(
+    log: list[ModelMessage], window: int, keep: int
+) -> None:
+    snapshot = copy.deepcopy(log)
+    out = fit_or_none(log, window, keep, clamp_fresh=True)
+    assert log == snapshot
+    if out is not None:
+        assert tokens(out) <= window
+        assert_all(log, snapshot, normalize(out))
+        assert fit_or_none(snapshot, window, keep, clamp_fresh=True) == out
+    compiled = fit_or_none(normalize(log), window, keep, clamp_fresh=True)
+    if compiled is not None:
+        compiled = normalize(compiled)
+        assert normalize(fit(compiled, window, keep_last_steps=keep, clamp_fresh=True)) == compiled

@@ -142,6 +142,8 @@ async def test_a_drop_after_a_summary_in_the_task_framing_keeps_the_summary_mark
             Tool('read_file', {'path': f'src/m{i}.py'}, long_text(30, prefix=f'src/m{i}.py')),
             text='Reading. ' * 30,
         )
+    # A small newest result: a large one would be clamped rather than make steps go (`clamp_fresh`).
+    h.step(Tool('ls', {}, 'src/'), text='Listing.')
     counter = HeuristicCounter()
     # A summary model with a window of its own (128k, by its name): the transcript fits it.
     summariser = FunctionModel(wordy, model_name='gpt-4o')

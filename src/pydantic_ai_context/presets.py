@@ -163,7 +163,8 @@ def chat(
         isolate_boundaries(mode=isolate_mode),
         trim_tool_outputs(frontier=frontier, max_tokens=trim_threshold, max_arg_chars=clip_args),
         summarize,
-        fit_to_budget(keep_last_steps=keep_last_steps),
+        # Trim compacts a result once it leaves the recency window: see `_zero_llm_chain`.
+        fit_to_budget(keep_last_steps=keep_last_steps, clamp_fresh=True),
     )
     return ContextProfile(name='chat', steps=steps, **_fields(common))
 
@@ -273,7 +274,11 @@ def _zero_llm_chain(
         dedupe_reads(frontier=frontier),
         trim_tool_outputs(frontier=frontier, max_tokens=trim_threshold, max_arg_chars=clip_args),
         mask_observations(frontier=frontier, exclude_tools=exclude_tools),
-        fit_to_budget(keep_last_steps=keep_last_steps),
+        # A fresh large result is clamped rather than make older steps go: the next request masks
+        # it, and the steps would come back (replay at 16k, geometric mean of the six shipped runs:
+        # coding 0.497 -> CODING16, chat 0.547 -> CHAT16, long_horizon 0.430 -> LH16, needed facts
+        # no lower; `mini_gemini3pro_requests_1142` with coding 1.063 -> 0.682).
+        fit_to_budget(keep_last_steps=keep_last_steps, clamp_fresh=True),
     )
 
 

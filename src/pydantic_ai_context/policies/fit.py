@@ -102,6 +102,16 @@ class FitToBudget(SyncPolicy):
     clip_chars: int = 80
     """With no step left to drop, long string arguments of the recency window's tool calls are
     clipped to this many characters too (paths and a command's first line stay whole)."""
+    clamp_fresh: bool = False
+    """Clamp the newest request's tool results (head + tail, the original size in the marker,
+    read-back reaching the rest) to the room the other messages leave, rather than drop older
+    steps for them, when that room holds at least `trim_tokens`; when steps must go anyway, the
+    chunk is sized without the fresh results' excess if that leaves them half their size. For
+    chains whose earlier policies compact results once they leave the recency window (the presets):
+    there the next request compacts the fresh result, the view fits whole again, and steps dropped
+    for it would come back, breaking the cached prefix twice (replay at 16k, `coding`: 1.063 ->
+    0.682 of no compaction on `mini_gemini3pro_requests_1142`). Off, a fresh result is clamped only
+    once no step is left to drop."""
     drop_granularity: float = 0.2
     """Steps are dropped in chunks of this share of the limit, so the view shrinks well below the limit
     and stays put for a while (0 drops just enough, breaking the prompt cache on every request; replay at
@@ -126,6 +136,23 @@ class FitToBudget(SyncPolicy):
             return list(messages)
         quantum = max(1, math.floor(limit * self.drop_granularity))
         target = math.ceil((used - limit) / quantum) * quantum
+        # A fresh large result is clamped rather than make older steps go (see `clamp_fresh`).
+        fresh = self._fresh_excess(messages, counter) if self.clamp_fresh else 0
+        if fresh and used - fresh <= limit:
+            clamped = self._clamp_fresh(messages, used, limit, context)
+            if clamped is not None:
+                return clamped
+            fresh = 0
+        elif fresh:
+            # Steps go anyway: the chunk is sized without the fresh result's excess, when that
+            # leaves it at least half its size (else each request drops steps for a large result,
+            # and clamping it deeply would only trade it for steps that go at the next request).
+            newest = message_tokens(counter, messages[-1])
+            smaller = math.ceil((used - fresh - limit) / quantum) * quantum
+            if limit - (used - newest) + smaller >= newest / 2:
+                target = smaller
+            else:
+                fresh = 0
         # The same target over the same oldest steps drops the same ones: when the new messages
         # still fit beside them, the view is the previous one plus the new messages. (Exact only
         # when the previous drop reached its target with plain tool steps: new steps join the
@@ -141,8 +168,38 @@ class FitToBudget(SyncPolicy):
             replay_note(last, context)
             self._last = LastCall(tuple(messages), extended, key, last.note, last.extra)
             return extended
-        view = self._drop(messages, used, limit, quantum, target, context)
+        view = self._drop(messages, used, limit, quantum, target, context, fresh=fresh > 0)
         return view
+
+    def _clamp_fresh(
+        self, messages: list[ModelMessage], used: int, limit: int, context: CompileContext
+    ) -> list[ModelMessage] | None:
+        """`messages` (the input, or the view with a chunk of steps dropped) with the newest
+        request's tool results clamped to the room the rest leaves, when that room holds at least
+        `trim_tokens` and the clamped request fits it; `None` otherwise (then steps are dropped)."""
+        last = messages[-1]
+        counter = context.counter
+        if not isinstance(last, ModelRequest) or not self._fresh_excess(messages, counter):
+            return None
+        others = used - message_tokens(counter, last)
+        if others + self.trim_tokens > limit:
+            return None
+        candidate, fitted = _clamp_results(last, limit - others, counter, context.originals)
+        if candidate is last or others + fitted > limit:
+            return None
+        context.note(
+            f'clamped the newest tool results to fit the limit of {limit:,} tokens (older steps kept)',
+            clamped_newest=1,
+        )
+        return [*messages[:-1], candidate]
+
+    def _fresh_excess(self, messages: Sequence[ModelMessage], counter: TokenCounter) -> int:
+        """Tokens of the newest request beyond `trim_tokens`, when they are tool results that may be
+        clamped (not pinned); 0 otherwise."""
+        last = messages[-1]
+        if not isinstance(last, ModelRequest) or not _parts.tool_results(last) or _parts.message_pinned(last):
+            return 0
+        return max(message_tokens(counter, last) - self.trim_tokens, 0)
 
     def _drop(
         self,
@@ -152,6 +209,8 @@ class FitToBudget(SyncPolicy):
         quantum: int,
         target: int,
         context: CompileContext,
+        *,
+        fresh: bool = False,
     ) -> list[ModelMessage]:
         counter = context.counter
         reading = self._reading = _Reading.of(messages, counter, self._reading)
@@ -160,6 +219,7 @@ class FitToBudget(SyncPolicy):
         sizes = [acc[e] - acc[s] for s, e in plan.units]
         dropped: set[int] = set()
         freed = 0
+        clamped_fresh = False
         view: list[ModelMessage] | None = None
         for unit in plan.order:
             if freed < target:
@@ -168,8 +228,13 @@ class FitToBudget(SyncPolicy):
                 continue
             # The chunk is dropped; the note and per-message framing may still leave it a little over.
             view = plan.build(dropped, sizes)
-            if counter.count_messages(view) <= limit:
+            size = counter.count_messages(view)
+            if size <= limit:
                 break
+            if fresh and (clamped := self._clamp_fresh(view, size, limit, context)) is not None:
+                view, clamped_fresh = clamped, True
+                break
+            fresh = False
             view = None
             dropped.add(unit)
             freed += sizes[unit]
@@ -191,7 +256,13 @@ class FitToBudget(SyncPolicy):
             )
         # Extending later is exact only if this drop stopped on the target (not by running out of
         # steps: the next request's longer view has more to offer) and dropped plain steps only.
-        extendable = not degraded and freed >= target and all(plan.kinds[u] == _STEP for u in dropped)
+        # A clamped newest result is no longer newest in the next request's input.
+        extendable = (
+            not degraded
+            and not clamped_fresh
+            and freed >= target
+            and all(plan.kinds[u] == _STEP for u in dropped)
+        )
         self._last = last_call(messages, view, context_key(context), context, (target, extendable))
         return view
 
@@ -264,21 +335,10 @@ class FitToBudget(SyncPolicy):
         last = out[newest]
         if used > limit and isinstance(last, ModelRequest) and _parts.tool_results(last):
             others = used - message_tokens(counter, last)
-            room = limit - others
-            n_results = len(_parts.tool_results(last))
-            # The marker and the facts listed after the cut take room too: aim lower and retry.
-            for share in (0.8, 0.6, 0.4):
-                per_result = math.floor(room * share / n_results)
-                if per_result < 1:
-                    break
-                candidate = shorten_results(
-                    last, max_tokens=per_result, counter=counter, recent=True, originals=context.originals
-                )
-                out[newest] = candidate
-                used = others + message_tokens(counter, candidate)
-                clamped = 1 if candidate is not last else 0
-                if used <= limit:
-                    break
+            candidate, fitted = _clamp_results(last, limit - others, counter, context.originals)
+            out[newest] = candidate
+            used = others + fitted
+            clamped = 1 if candidate is not last else 0
         if used <= limit:
             context.note(
                 f'nothing left to drop: trimmed {trimmed} recent messages'
@@ -287,6 +347,28 @@ class FitToBudget(SyncPolicy):
                 clamped_newest=clamped,
             )
         return out, used
+
+
+def _clamp_results(
+    request: ModelRequest, room: int, counter: TokenCounter, originals: _markers.OriginalsSink | None
+) -> tuple[ModelRequest, int]:
+    """`request` with its tool results clamped (head + tail, the original size in the marker) so
+    that it takes at most `room` tokens if it can, and its tokens; the request itself when nothing
+    could be clamped."""
+    out, tokens = request, message_tokens(counter, request)
+    n_results = len(_parts.tool_results(request))
+    # The marker and the facts listed after the cut take room too: aim lower and retry.
+    for share in (0.8, 0.6, 0.4):
+        per_result = math.floor(room * share / n_results)
+        if per_result < 1:
+            break
+        out = shorten_results(
+            request, max_tokens=per_result, counter=counter, recent=True, originals=originals
+        )
+        tokens = message_tokens(counter, out)
+        if tokens <= room:
+            break
+    return out, tokens
 
 
 def fit_to_budget(**settings: Any) -> FitToBudget:

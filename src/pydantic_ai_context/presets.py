@@ -276,7 +276,7 @@ def _zero_llm_chain(
         mask_observations(frontier=frontier, exclude_tools=exclude_tools),
         # A fresh large result is clamped rather than make older steps go: the next request masks
         # it, and the steps would come back (replay at 16k, geometric mean of the six shipped runs:
-        # coding 0.497 -> CODING16, chat 0.547 -> CHAT16, long_horizon 0.430 -> LH16, needed facts
+        # coding 0.497 -> 0.440, chat 0.547 -> 0.512, long_horizon 0.430 -> 0.416, needed facts
         # no lower; `mini_gemini3pro_requests_1142` with coding 1.063 -> 0.682).
         fit_to_budget(keep_last_steps=keep_last_steps, clamp_fresh=True),
     )

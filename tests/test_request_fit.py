@@ -10,6 +10,7 @@ with the library's counter, independently of the profile's own measurement.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import pydantic_ai
@@ -65,6 +66,45 @@ async def test_no_request_of_a_realistic_agent_exceeds_the_window(window: int, c
     if window == 32_000:
         # Without counting tools and instructions, 15+ of these requests went over (issue #9).
         assert max(meter.totals) > 20_000
+
+
+def thinking_reader(steps: int) -> Callable[[int, list[ModelMessage]], ModelResponse]:
+    """Read `steps` files (about 3k tokens each), saying a paragraph before each read (texts are never
+    masked: the masked view grows with them until the newest result takes it over the limit)."""
+
+    def script(n: int, messages: list[ModelMessage]) -> ModelResponse:
+        if n <= steps:
+            return ModelResponse(
+                parts=[
+                    TextPart(f'Step {n}. ' + prose(120, seed=n)),
+                    ToolCallPart('read_file', {'path': f'src/pkg/module_{n:03d}.py'}, tool_call_id=f'c{n}'),
+                ]
+            )
+        return ModelResponse(parts=[TextPart('All files read.')])
+
+    return script
+
+
+async def test_steps_dropped_for_a_fresh_result_never_come_back() -> None:
+    """Regression (stop 25): a fresh ~3k-token result took the view just over the limit, older steps
+    were dropped, and at the next request (that result masked) they came back: the provider's
+    cached prefix broke twice. At 28k, 11 of these steps came back; now none does."""
+    window = 28_000
+    meter = RequestMeter(thinking_reader(STEPS))
+    agent = realistic_agent(meter, profile('coding', context_window=window))
+    await agent.run('Read every module and report.', usage_limits=LIMITS)
+    assert max(meter.totals) <= window
+    shown = [
+        {p.tool_call_id for m in seen for p in m.parts if isinstance(p, ToolCallPart)} for seen in meter.seen
+    ]
+
+    def came_back(ref: str) -> bool:
+        """Shown at some request, missing at a later one, shown again after that."""
+        present = [ref in ids for ids in shown]
+        gone = next((i for i in range(present.index(True), len(present)) if not present[i]), None)
+        return gone is not None and any(present[gone:])
+
+    assert not sorted(ref for ref in set().union(*shown) if came_back(ref))
 
 
 async def test_the_gauge_splits_messages_instructions_and_tools() -> None:

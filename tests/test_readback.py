@@ -344,8 +344,9 @@ async def test_every_marker_names_a_ref_that_reads_back_and_survives_a_view_of_a
 async def test_destructive_compiles_keep_every_original() -> None:
     """pydantic-ai 1.x: each compile's input is the previous view plus the new messages."""
     log = busy_log()
-    # Small enough that masking alone does not fit: steps are dropped (or summarised) too.
-    p = make('long_horizon', 3_000, keep_recent=2, step=3)
+    # Small enough that masking alone does not fit: steps are dropped (or summarised) too, not only
+    # fresh results clamped (`clamp_fresh`: at 3,000 tokens clamping them was enough).
+    p = make('long_horizon', 2_200, keep_recent=2, step=3)
     history: list[ModelMessage] = []
     consumed = 0
     for end in range(1, len(log) + 1, 2):

@@ -259,7 +259,9 @@ async def test_a_failing_summariser_is_logged_and_counted_never_raised(
         for end in range(3, len(log) + 1, 2):
             view = await p.compile(log[:end])
             await asyncio.sleep(0)
-            assert view[-1] is log[end - 1]
+            # The compile went through: the newest request ends the view (its result clamped
+            # to the room left when it alone took the view over the limit).
+            assert view[-1] is log[end - 1] or (marker(view[-1].parts[0]) or {}).get('kind') == 'clamped'
     assert p._background.stats()['failed'] >= 1
     assert p._background.pending() == 0
     assert 'a summary made ahead failed' in caplog.text

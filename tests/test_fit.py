@@ -452,9 +452,15 @@ async def test_a_fresh_large_result_just_over_the_limit_drops_no_steps_that_come
     limit made `fit_to_budget` drop older steps; the next request masked that result, the view
     fitted whole again and the steps came back: the cached prefix broke twice (replay at 16k, 10 of
     71 requests of `mini_gemini3pro_requests_1142`, cost 1.063 of sending everything). Now the fresh
-    result is clamped to the room left, and the next request's view extends this one."""
+    result is clamped to the room left (with `clamp_fresh`), and the next request's view extends
+    this one. Off by default, older steps go and the fresh result stays whole (invariant 3)."""
     counter = HeuristicCounter()
-    coding = profile('coding', context_window=4_000, reserved_output=0, counter=counter)
+    default = await profile('coding', context_window=4_000, reserved_output=0, counter=counter).compile(
+        fresh_result_log(steps_after=1)[:-2]
+    )
+    assert default[-1].parts[0].content == fresh_result_log()[-1].parts[0].content
+    assert any(drop_record(m) for m in default)
+    coding = profile('coding', context_window=4_000, reserved_output=0, counter=counter, clamp_fresh=True)
     limit = coding.budget_for().limit
     later = fresh_result_log(steps_after=1)
     log = later[:-2]
@@ -476,7 +482,7 @@ async def test_a_fresh_large_result_just_over_the_limit_drops_no_steps_that_come
     assert len(next_view) == len(later)
     assert next_view[: len(view) - 1] == view[:-1]
     # Pure: a fresh profile compiling the same log gives the same view; a view of it is the same.
-    fresh = profile('coding', context_window=4_000, reserved_output=0, counter=counter)
+    fresh = profile('coding', context_window=4_000, reserved_output=0, counter=counter, clamp_fresh=True)
     assert await fresh.compile(log) == view
     assert await fresh.compile(view) == view
 

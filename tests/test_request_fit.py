@@ -88,10 +88,10 @@ def thinking_reader(steps: int) -> Callable[[int, list[ModelMessage]], ModelResp
 async def test_steps_dropped_for_a_fresh_result_never_come_back() -> None:
     """Regression (stop 25): a fresh ~3k-token result took the view just over the limit, older steps
     were dropped, and at the next request (that result masked) they came back: the provider's
-    cached prefix broke twice. At 28k, 11 of these steps came back; now none does."""
+    cached prefix broke twice. At 28k, 11 of these steps came back; with `clamp_fresh` none does."""
     window = 28_000
     meter = RequestMeter(thinking_reader(STEPS))
-    agent = realistic_agent(meter, profile('coding', context_window=window))
+    agent = realistic_agent(meter, profile('coding', context_window=window, clamp_fresh=True))
     await agent.run('Read every module and report.', usage_limits=LIMITS)
     assert max(meter.totals) <= window
     shown = [

@@ -62,6 +62,7 @@ def coding(
     isolate_mode: IsolateMode = 'digest',
     exclude_tools: ToolNames = _EXCLUDED_TOOLS,
     keep_last_steps: NonNegativeInt = 2,
+    clamp_fresh: bool = False,
     **common: Any,
 ) -> ContextProfile:
     """Zero-LLM compaction for long tool-using runs.
@@ -80,6 +81,11 @@ def coding(
         isolate_mode: What finished runs keep of their tool trace (`keep`/`mask`/`digest`/`drop`).
         exclude_tools: Tools whose results are never masked (reasoning and plan trackers).
         keep_last_steps: Steps `fit_to_budget` never drops.
+        clamp_fresh: Clamp a fresh tool result that alone takes the view over the limit, rather
+            than drop older steps that come back once trim has shortened it (off: DESIGN
+            invariant 3 keeps the newest turns whole while anything else fits; replay at 16k,
+            six shipped runs: cost/none coding 0.497 -> 0.440, chat 0.547 -> 0.512, needed
+            facts no lower; see docs/benchmarks.md).
     """
     return ContextProfile(
         name='coding',
@@ -92,6 +98,7 @@ def coding(
             isolate_mode=isolate_mode,
             exclude_tools=tuple(exclude_tools),
             keep_last_steps=keep_last_steps,
+            clamp_fresh=clamp_fresh,
         ),
         **_fields(common),
     )
@@ -114,6 +121,7 @@ def chat(
     summary_ahead: bool = True,
     summary_ahead_lead: NonNegativeFloat = 0.75,
     keep_last_steps: NonNegativeInt = 2,
+    clamp_fresh: bool = False,
     **common: Any,
 ) -> ContextProfile:
     """Many-turn conversations: finished turns collapse, old outputs are trimmed, and when the
@@ -146,6 +154,11 @@ def chat(
             1.5 s: cost -1.9% against the synchronous summary, 9.9% of summariser tokens wasted;
             18% at 1.0, 10.2% at 0 and 0.5).
         keep_last_steps: Steps `fit_to_budget` never drops.
+        clamp_fresh: Clamp a fresh tool result that alone takes the view over the limit, rather
+            than drop older steps that come back once trim has shortened it (off: DESIGN
+            invariant 3 keeps the newest turns whole while anything else fits; replay at 16k,
+            six shipped runs: cost/none coding 0.497 -> 0.440, chat 0.547 -> 0.512, needed
+            facts no lower; see docs/benchmarks.md).
     """
     frontier = Frontier(keep_recent=keep_recent, step=step, budget_step=budget_step)
     summarize = _summarize(
@@ -163,8 +176,7 @@ def chat(
         isolate_boundaries(mode=isolate_mode),
         trim_tool_outputs(frontier=frontier, max_tokens=trim_threshold, max_arg_chars=clip_args),
         summarize,
-        # Trim compacts a result once it leaves the recency window: see `_zero_llm_chain`.
-        fit_to_budget(keep_last_steps=keep_last_steps, clamp_fresh=True),
+        fit_to_budget(keep_last_steps=keep_last_steps, clamp_fresh=clamp_fresh),
     )
     return ContextProfile(name='chat', steps=steps, **_fields(common))
 
@@ -188,6 +200,7 @@ def long_horizon(
     summary_ahead: bool = True,
     summary_ahead_lead: NonNegativeFloat = 0.0,
     keep_last_steps: NonNegativeInt = 2,
+    clamp_fresh: bool = False,
     **common: Any,
 ) -> ContextProfile:
     """`coding`'s zero-LLM chain, then a summary of the middle when the view is still over the
@@ -226,6 +239,11 @@ def long_horizon(
             where the synchronous path would make none (replay at 16k: 8 calls as synchronously,
             against 13 at 1.0).
         keep_last_steps: Steps `fit_to_budget` never drops.
+        clamp_fresh: Clamp a fresh tool result that alone takes the view over the limit, rather
+            than drop older steps that come back once trim has shortened it (off: DESIGN
+            invariant 3 keeps the newest turns whole while anything else fits; replay at 16k,
+            six shipped runs: cost/none coding 0.497 -> 0.440, chat 0.547 -> 0.512, needed
+            facts no lower; see docs/benchmarks.md).
     """
     zero_llm = _zero_llm_chain(
         keep_recent=keep_recent,
@@ -236,6 +254,7 @@ def long_horizon(
         isolate_mode=isolate_mode,
         exclude_tools=tuple(exclude_tools),
         keep_last_steps=keep_last_steps,
+        clamp_fresh=clamp_fresh,
     )
     summarize = _summarize(
         keep_current_run=False,
@@ -265,6 +284,7 @@ def _zero_llm_chain(
     isolate_mode: IsolateMode,
     exclude_tools: tuple[str, ...],
     keep_last_steps: int,
+    clamp_fresh: bool,
 ) -> tuple[Any, ...]:
     # One frontier for dedupe, trim and mask: their rewrites of the prefix happen together,
     # so the provider's prompt cache breaks once per frontier step rather than three times.
@@ -274,11 +294,10 @@ def _zero_llm_chain(
         dedupe_reads(frontier=frontier),
         trim_tool_outputs(frontier=frontier, max_tokens=trim_threshold, max_arg_chars=clip_args),
         mask_observations(frontier=frontier, exclude_tools=exclude_tools),
-        # A fresh large result is clamped rather than make older steps go: the next request masks
-        # it, and the steps would come back (replay at 16k, geometric mean of the six shipped runs:
-        # coding 0.497 -> 0.440, chat 0.547 -> 0.512, long_horizon 0.430 -> 0.416, needed facts
-        # no lower; `mini_gemini3pro_requests_1142` with coding 1.063 -> 0.682).
-        fit_to_budget(keep_last_steps=keep_last_steps, clamp_fresh=True),
+        # `clamp_fresh` is off by default: DESIGN invariant 3 keeps the newest turns whole while
+        # dropping older steps fits (on, replay at 16k: coding 0.497 -> 0.440, and
+        # `mini_gemini3pro_requests_1142` 1.063 -> 0.682, needed facts no lower).
+        fit_to_budget(keep_last_steps=keep_last_steps, clamp_fresh=clamp_fresh),
     )
 
 

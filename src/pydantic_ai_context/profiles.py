@@ -296,11 +296,12 @@ class ContextProfile(AbstractCapability[Any]):
         run_id = getattr(ctx, 'run_id', None) if ctx is not None else None
         compile_id = next(self._compile_ids)
         counter = self.counter_for(model)
-        overhead = self._measure_overhead(messages, ctx, counter, parameters)
-        if budget is None:
-            budget = self.budget_for(model, overhead=overhead)
-        # Inside the compile's scope: the archive's lineage fingerprints resume from the previous log's.
+        # Inside the compile's scope: what is measured of the log (the newest instructions, the
+        # archive's lineage fingerprints) resumes from what was measured of the previous one.
         with compiling(self._scope, messages) as generation:
+            overhead = self._measure_overhead(messages, ctx, counter, parameters)
+            if budget is None:
+                budget = self.budget_for(model, overhead=overhead)
             sink = (
                 self.archive.sink(messages, results=not whole_log, run_context=ctx, conversation=conversation)
                 if self.readback

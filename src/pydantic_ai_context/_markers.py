@@ -157,8 +157,8 @@ def conversation_identity(messages: Sequence[ModelMessage], run_context: Any = N
     return 'c' + hashlib.blake2b(found.encode('utf-8', 'surrogatepass'), digest_size=8).hexdigest()
 
 
-def first_conversation_id(messages: Sequence[ModelMessage]) -> str | None:
-    """The conversation id of the first message that carries one, or `None`."""
+def first_conversation_id(messages: Sequence[ModelMessage]) -> Any:
+    """The conversation id of the first message that carries one (as it is), or `None`."""
     # Most logs carry none, which a plain scan learns by reading every message: during a compile the
     # fold of the previous list is resumed from its first changed message. It reads only messages a
     # response follows; the requests after the last response (pydantic-ai may still fill them in)

@@ -246,8 +246,8 @@ class FitToBudget(SyncPolicy):
         cuts = safe_cut_points(messages) if dropped else []
         last_unit = max(dropped) if dropped else None
         first_stop = last_unit is not None and freed - sizes[last_unit] < target
-        extra = _Dropped(target, extendable, first_stop, end, cuts[: bisect.bisect_right(cuts, end)])
-        self._last = last_call(messages, view, context_key(context), context, extra)
+        drop = _Dropped(target, extendable, first_stop, end, cuts[: bisect.bisect_right(cuts, end)])
+        self._last = last_call(messages, view, context_key(context), context, drop)
         return view
 
     def _degrade(

@@ -191,3 +191,41 @@ def test_a_converted_chat_continued_by_runs_is_named_by_their_conversation_id() 
     assert conversation_identity(continued) == conversation_identity(converted, run) is not None
     other = [*converted, dataclasses.replace(converted[-1], conversation_id='conv-8')]
     assert conversation_identity(other) != conversation_identity(continued)
+
+
+def test_first_conversation_id_resumed_between_compiles_equals_a_fresh_scan() -> None:
+    """Issue 22: during a compile the scan for the first conversation id is a fold resumed from the
+    previous list (only messages a response follows; the open tail is read as it is): lists that
+    branch off, end earlier or get an id filled in give what a fresh scan does."""
+    import dataclasses
+
+    from pydantic_ai.messages import ModelRequest, UserPromptPart
+
+    from pydantic_ai_context._markers import first_conversation_id
+    from pydantic_ai_context._scope import MemoScope, compiling
+
+    if not hasattr(ModelRequest(parts=[]), 'conversation_id'):
+        pytest.skip('messages carry no conversation id on this pydantic-ai')
+
+    def fresh(messages: list[ModelMessage]) -> Any:
+        return next((m.conversation_id for m in messages if getattr(m, 'conversation_id', None)), None)
+
+    log: list[ModelMessage] = []
+    for i in range(10):
+        log.append(ModelRequest(parts=[UserPromptPart(f'q{i}')]))
+        log.append(ModelResponse(parts=[TextPart(f'a{i}')]))
+    log.append(ModelRequest(parts=[UserPromptPart('last')]))
+    named = [*log[:14], dataclasses.replace(log[14], conversation_id='c-14'), *log[15:]]
+    later = [*log[:16], dataclasses.replace(log[16], conversation_id='c-16'), *log[17:]]
+    scope = MemoScope()
+    for messages in (log[:5], log, named, log[:15], named[:16], log, named):
+        with compiling(scope, log):
+            assert first_conversation_id(messages) == fresh(messages)
+    view = [*log[:-1], ModelRequest(parts=[UserPromptPart('last')])]
+    with compiling(scope, log):
+        assert first_conversation_id(view) is None
+        view[-1].conversation_id = 'filled'  # the open request, in place
+        assert first_conversation_id(view) == 'filled'
+    with compiling(MemoScope(), log):  # one fold only: what it read past the branch is undone
+        for messages in (named[:-1], log[:-1], named[:-1], later[:-1]):
+            assert first_conversation_id(messages) == fresh(messages)

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -552,3 +554,94 @@ def test_invariants_or_a_clear_error_clamping_fresh_results(
     if compiled is not None:
         compiled = normalize(compiled)
         assert normalize(fit(compiled, window, keep_last_steps=keep, clamp_fresh=True)) == compiled
+
+
+def _changes(log: list[ModelMessage]) -> list[tuple[list[ModelMessage], list[ModelMessage]]]:
+    """Pairs of fit inputs, one request apart: the second changed near its end, as the chain before
+    fit changes its view from one request to the next."""
+    newest = len(log) - 1
+    older = newest - 2  # the result before the newest, which trim shortens as it ages
+
+    def with_result(
+        messages: list[ModelMessage], i: int, text: str, call_id: str | None = None
+    ) -> list[ModelMessage]:
+        out = list(messages)
+        part = out[i].parts[0]
+        assert isinstance(part, ToolReturnPart)
+        extra = [ToolReturnPart(part.tool_name, 'late', tool_call_id=call_id)] if call_id else []
+        out[i] = dataclasses.replace(out[i], parts=[dataclasses.replace(part, content=text), *extra])
+        return out
+
+    def with_note(messages: list[ModelMessage], i: int) -> list[ModelMessage]:
+        out = list(messages)
+        out[i] = dataclasses.replace(out[i], parts=[*out[i].parts, *note.parts[-1:]], metadata=note.metadata)
+        return out
+
+    first_call = next(p for m in log for p in m.parts if isinstance(p, ToolCallPart))
+    counter = HeuristicCounter()
+    noted = fit_to_budget().apply(
+        list(log), CompileContext(counter=counter, budget=budget(counter.count_messages(log) * 3 // 4))
+    )
+    note = next(m for m in noted if drop_record(m) is not None)
+    shorter = log[: newest - 3]
+    last = shorter[-1].parts[0]
+    assert isinstance(last, ToolReturnPart)
+    removed = counter.count_messages(log) - counter.count_messages(shorter)
+    shorter[-1] = dataclasses.replace(
+        shorter[-1], parts=[dataclasses.replace(last, content=str(last.content) + ' pad' * removed)]
+    )
+    middle = range(len(log) // 2, len(log))
+    # Each message from the middle on as a new object (the same content), or a response as a request.
+    copies = [[*log[:i], dataclasses.replace(log[i]), *log[i + 1 :]] for i in middle]
+    broken = [
+        [*log[:i], ModelRequest(parts=[UserPromptPart('hm')]), *log[i + 1 :]]
+        for i in middle
+        if isinstance(log[i], ModelResponse)
+    ]
+    changed = [
+        *copies,
+        *broken,
+        with_note(log, newest),
+        shorter,
+        with_result(log, older, 'short'),
+        with_result(log, older, 'long output ' * 200),
+        with_result(log, newest, 'x'),
+        with_result(log, newest, 'x', call_id=first_call.tool_call_id),  # answers the oldest call
+        with_result(log, older, 'short')[: newest - 3],
+        [*with_result(log, older, 'short'), *History().step(Tool('ls', {}, 'new ' * 30)).build()],
+    ]
+    # A note the previous input carried after the dropped steps, then a change after it.
+    noted_before = with_note(log, older - 2)
+    return [*((log, c) for c in changed), (noted_before, with_result(noted_before, newest, 'x'))]
+
+
+@pytest.mark.parametrize('keep', [1, 3])
+def test_a_view_changed_after_the_dropped_steps_gets_the_view_a_fresh_compile_gives(keep: int) -> None:
+    """Issue 22: when fit's input changed only after the steps it dropped (a recent result trimmed
+    as it aged), the previous drop is resumed rather than planned again; the view must be what a
+    fresh policy gives, for every limit, whatever changed (sizes, cut points, steps left, notes)."""
+    from pydantic_ai_context._scope import MemoScope, compiling
+
+    h = History().user('go')
+    for i in range(12):
+        h.step(Tool('ls', {}, f'output {i} ' * (10 + 7 * (i % 5))))
+    log = h.build()
+    counter = HeuristicCounter()
+    total = counter.count_messages(log)
+
+    def fit(policy: FitToBudget, messages: list[ModelMessage], limit: int) -> list[ModelMessage] | str:
+        try:
+            return policy.apply(list(messages), CompileContext(counter=counter, budget=budget(limit)))
+        except ContextBudgetExceeded as exc:
+            return str(exc)
+
+    for limit in range(total // 4, total, max(1, total // 60)):
+        for index, (before, after) in enumerate(_changes(log)):
+            policy = fit_to_budget(keep_last_steps=keep, drop_granularity=0.2)
+            scope = MemoScope()
+            for messages in (before, after):
+                # The scope sees the run's log (unchanged); fit's input is the chain's view of it.
+                with compiling(scope, log):
+                    live = fit(policy, messages, limit)
+            fresh = fit(fit_to_budget(keep_last_steps=keep, drop_granularity=0.2), after, limit)
+            assert live == fresh, f'limit {limit}, change {index}'

@@ -174,3 +174,20 @@ def test_shared_frontier_is_the_same_for_trim_and_mask_output(log: list[ModelMes
     masked = normalize(mask_observations(frontier=frontier).apply(trimmed, context()))
     assert frontier.locate(trimmed, context()) == frontier.locate(view, context())
     assert frontier.locate(masked, context()) == frontier.locate(view, context())
+
+
+def test_budget_escalation_resumed_between_calls_equals_a_fresh_one() -> None:
+    """Issue 22: the savings `_escalate` sums are kept in the tally and extended as it grows; a
+    list that branches off (other output sizes after the branch) gives what a fresh tally does."""
+    from pydantic_ai_context._scope import MemoScope, compiling
+
+    short, large = steps(40, size=400).build(), steps(40, size=4_000).build()
+    branch = short[:41] + large[41:]
+    budget = ContextBudget(context_window=16_000, reserved_output=0)
+    frontier = Frontier(keep_recent=2, step=10, budget_step=0.2)
+    scope = MemoScope()
+    with compiling(scope, short):
+        for messages in (short[:31], short, branch, short[:61], branch, large[:41] + short[41:]):
+            assert frontier.locate(messages, context(budget), slot='s') == frontier.locate(
+                messages, context(budget)
+            )

@@ -574,3 +574,29 @@ def test_extending_the_previous_output_stays_exact_when_the_log_crosses_the_soft
         crossed.append(len(records(view)))
     assert crossed[0] == 1  # under the threshold: the older run is a record, the recent one masked
     assert crossed[-1] == 2  # over it: both are records
+
+
+def test_run_ids_read_from_a_fold_resumed_between_compiles_equal_a_fresh_read() -> None:
+    """Issue 22: what isolate reads of the previous log to extend its view (its requests, those
+    without a run id, the newest run id) is a fold resumed from the first changed message."""
+    import dataclasses
+
+    from pydantic_ai_context._scope import MemoScope, compiling
+    from pydantic_ai_context.policies.isolate import _continues_last_run
+
+    h = History(stamp_runs=True).user('first task')
+    for i in range(6):
+        h.step(Tool('ls', {}, f'out {i}'))
+    h.answer('done').user('second task')
+    for i in range(6):
+        h.step(Tool('ls', {}, f'more {i}'))
+    log = h.build()
+    unmarked = [*log[:20], dataclasses.replace(log[20], run_id=None), *log[21:]]
+    other = [*log[:22], *(dataclasses.replace(m, run_id='run-x') for m in log[22:])]
+    tails = [log[-2:], other[-2:], [dataclasses.replace(log[-1], run_id=None)]]
+    scope = MemoScope()
+    for previous in (log[:-2], unmarked[:-2], log[:-4], other[:-2], other[:22], log[:-2], unmarked[:-2]):
+        for tail in tails:
+            with compiling(scope, log):
+                live = _continues_last_run(previous, tail)
+            assert live == _continues_last_run(previous, tail), (len(previous), tail)

@@ -588,3 +588,41 @@ def test_a_repeated_call_id_is_read_back_by_the_views_name_and_by_the_stored_one
     assert read_context('c20-2', log).endswith('beta contents')
     assert read_context('c20', log).endswith('alpha contents')
     assert '- c20-2 (read result)' in search_context('beta', log)
+
+
+def test_lineage_fingerprints_resumed_between_compiles_equal_fresh_ones() -> None:
+    """The archive's lineage fingerprints resume from the previous list's (issue 22); a list that
+    branches off, or a newest request filled in after it was fingerprinted, gives what a fresh
+    computation does."""
+    from pydantic_ai.messages import UserPromptPart
+
+    from pydantic_ai_context._scope import MemoScope, compiling
+
+    def log_of(steps: int, tag: str = '') -> list[ModelMessage]:
+        out: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('task')])]
+        for i in range(steps):
+            call = ToolCallPart('ls', {'i': i}, tool_call_id=f'c{i}{tag}')
+            out.append(ModelResponse(parts=[TextPart(f'step {i}{tag}'), call]))
+            out.append(ModelRequest(parts=[ToolReturnPart('ls', f'out {i}{tag}', tool_call_id=f'c{i}{tag}')]))
+        return out
+
+    archive, scope = ContextArchive(), MemoScope()
+
+    def fresh(messages: list[ModelMessage]) -> tuple[bytes, ...]:
+        return tuple(map(ContextArchive()._fingerprint, messages))
+
+    log = log_of(10)
+    branch = log[:11] + log_of(10, tag='b')[11:]
+    for messages in (log[:9], log, branch, log[:15], log):
+        with compiling(scope, messages):
+            assert archive._fingerprints_of(messages) == fresh(messages)
+    with compiling(scope, log):  # one compile fingerprints the log, then a view that branches off it
+        for messages in (log, branch, log[:15], log):
+            assert archive._fingerprints_of(messages) == fresh(messages)
+    # The newest request filled in (as pydantic-ai does before sending a view), in the same generation.
+    view = [*log, ModelResponse(parts=[TextPart('done')]), ModelRequest(parts=[UserPromptPart('next')])]
+    with compiling(scope, log):
+        assert archive._fingerprints_of(view) == fresh(view)
+    view[-1].parts = [*view[-1].parts, UserPromptPart('more')]
+    with compiling(scope, log):
+        assert archive._fingerprints_of(view) == fresh(view)

@@ -377,3 +377,46 @@ def test_inspect_does_not_anchor_on_a_usage_that_left_out_the_instructions(
     assert messages > 100, gauge
     assert 'instructions 3,000' in gauge
     assert 'counted' in gauge
+
+
+def test_newest_instructions_resumed_between_compiles_equals_a_fresh_scan() -> None:
+    """Issue 22: during a compile the requests carrying instructions are a fold resumed from the
+    previous list; the newest request's instructions, filled in after it was read (as pydantic-ai
+    does before sending), and lists that branch off or end earlier give what a fresh scan does."""
+    import dataclasses
+
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+    from pydantic_ai_context._scope import MemoScope, compiling
+    from pydantic_ai_context.request_tokens import newest_instructions
+
+    def fresh(messages: list[ModelMessage]) -> ModelRequest | None:
+        return next((m for m in reversed(messages) if isinstance(m, ModelRequest) and m.instructions), None)
+
+    log: list[ModelMessage] = []
+    for i in range(12):
+        log.append(ModelRequest(parts=[UserPromptPart(f'q{i}')], instructions='be brief' if i == 3 else None))
+        log.append(ModelResponse(parts=[TextPart(f'a{i}')]))
+    log.append(ModelRequest(parts=[UserPromptPart('last')]))
+    branch = [*log[:9], dataclasses.replace(log[9]), *log[10:15]]
+    later = [*log[:12], dataclasses.replace(log[12], instructions='later'), *log[13:]]
+    scope = MemoScope()
+    for messages in (log[:5], log, branch, log[:7], later, log):
+        with compiling(scope, log):
+            assert newest_instructions(messages) is fresh(messages)
+    with compiling(scope, log):
+        assert newest_instructions(log) is fresh(log) is log[6]
+    log[-1].instructions = 'filled in'  # the open request, in place
+    with compiling(scope, log):
+        assert newest_instructions(log) is log[-1]
+    view = [*log[:-1], ModelRequest(parts=[UserPromptPart('last')])]
+    with compiling(scope, log):
+        assert newest_instructions(view) is log[6]
+        view[-1].instructions = 'now'
+        assert newest_instructions(view) is view[-1]
+        assert newest_instructions([*view, ModelResponse(parts=[TextPart('ok')])]) is view[-1]
+        view[-1].instructions = None
+        assert newest_instructions(view) is log[6]
+    with compiling(MemoScope(), log):  # one fold only: what it read past the branch is undone
+        for messages in (later[:-1], log[:-1]):
+            assert newest_instructions(messages) is fresh(messages)

@@ -18,9 +18,9 @@ import re
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 
-from . import _parts
+from . import _parts, _scope
 from ._memo import ObjectMemo
 
 READ_CONTEXT: Final = 'read_context'
@@ -147,7 +147,7 @@ def conversation_identity(messages: Sequence[ModelMessage], run_context: Any = N
     first = _first_request(messages)
     found: Any = getattr(first, 'conversation_id', None)
     if not found:
-        found = next((m.conversation_id for m in messages if getattr(m, 'conversation_id', None)), None)
+        found = first_conversation_id(messages)
     if not found:
         found = getattr(first, 'run_id', None)
     if not found and run_context is not None:
@@ -155,6 +155,48 @@ def conversation_identity(messages: Sequence[ModelMessage], run_context: Any = N
     if not isinstance(found, str) or not found:
         return None
     return 'c' + hashlib.blake2b(found.encode('utf-8', 'surrogatepass'), digest_size=8).hexdigest()
+
+
+def first_conversation_id(messages: Sequence[ModelMessage]) -> Any:
+    """The conversation id of the first message that carries one (as it is), or `None`."""
+    # Most logs carry none, which a plain scan learns by reading every message: during a compile the
+    # fold of the previous list is resumed from its first changed message. It reads only messages a
+    # response follows; the requests after the last response (pydantic-ai may still fill them in)
+    # are read as they are now.
+    end = len(messages)
+    while end and not isinstance(messages[end - 1], ModelResponse):
+        end -= 1
+    found = _scope.resumed_fold(
+        'markers.conversation_ids', messages[:end], _ConversationIds, _ConversationIds.first
+    )
+    if found is None:
+        found = next((m.conversation_id for m in messages[end:] if getattr(m, 'conversation_id', None)), None)
+    return found
+
+
+class _ConversationIds:
+    """`first_conversation_id` as a fold: where the first message carrying a conversation id is."""
+
+    def __init__(self) -> None:
+        self.messages: list[ModelMessage] = []
+        self.at: int | None = None
+
+    def first(self) -> Any:
+        return getattr(self.messages[self.at], 'conversation_id', None) if self.at is not None else None
+
+    def truncate(self, n: int) -> None:
+        del self.messages[n:]
+        if self.at is not None and self.at >= n:
+            self.at = None
+
+    def extend(self, messages: Sequence[ModelMessage]) -> None:
+        start = len(self.messages)
+        if self.at is None:
+            self.at = next(
+                (i for i in range(start, len(messages)) if getattr(messages[i], 'conversation_id', None)),
+                None,
+            )
+        self.messages.extend(messages[start:])
 
 
 # --- span ids ---------------------------------------------------------------------------------

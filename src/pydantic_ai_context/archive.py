@@ -23,11 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 
 from . import _parts
 from ._markers import conversation_identity, conversation_key, is_readback, span_ref
 from ._memo import ObjectMemo
+from ._scope import resumed_fold
 
 __all__ = ('ContextArchive', 'MemoryReadbackStore', 'ReadbackStore')
 
@@ -154,6 +155,34 @@ class _Lineage:
             self.states.append(fingerprints)
 
 
+class _Fingerprints:
+    """`ContextArchive._fingerprints_of` as a fold (see `_scope.resumed_fold`)."""
+
+    def __init__(self, archive: ContextArchive) -> None:
+        self.archive = archive
+        self.messages: list[ModelMessage] = []
+        self.fingerprints: list[bytes] = []
+
+    def found(self) -> tuple[bytes, ...]:
+        # The requests after the last response are those pydantic-ai may still fill in (a view's
+        # newest request is, before it is sent): fingerprinted again, through the memo's stamp check.
+        messages, fingerprints = self.messages, self.fingerprints
+        i = len(messages)
+        while i and not isinstance(messages[i - 1], ModelResponse):
+            i -= 1
+        for j in range(i, len(messages)):
+            fingerprints[j] = self.archive._fingerprint(messages[j])
+        return tuple(fingerprints)
+
+    def truncate(self, n: int) -> None:
+        del self.messages[n:], self.fingerprints[n:]
+
+    def extend(self, messages: Sequence[ModelMessage]) -> None:
+        rest = messages[len(self.messages) :]
+        self.fingerprints.extend(map(self.archive._fingerprint, rest))
+        self.messages.extend(rest)
+
+
 class ContextArchive:
     """A profile's side store of originals, by conversation and ref: what `read_context` reads where the log cannot.
 
@@ -252,7 +281,11 @@ class ContextArchive:
         return f'{key}~{found.id}'
 
     def _fingerprints_of(self, messages: Sequence[ModelMessage]) -> tuple[bytes, ...]:
-        return tuple(self._fingerprint(message) for message in messages)
+        # During a compile the fold of the previous log (or view) is resumed from its first changed
+        # message: a log is the previous one plus a few messages, so only those are fingerprinted.
+        return resumed_fold(
+            ('archive.fingerprints', id(self)), messages, lambda: _Fingerprints(self), _Fingerprints.found
+        )
 
     def _fingerprint(self, message: ModelMessage) -> bytes:
         found = self._fingerprints.get(message)

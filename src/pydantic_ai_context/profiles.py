@@ -296,37 +296,39 @@ class ContextProfile(AbstractCapability[Any]):
         run_id = getattr(ctx, 'run_id', None) if ctx is not None else None
         compile_id = next(self._compile_ids)
         counter = self.counter_for(model)
-        overhead = self._measure_overhead(messages, ctx, counter, parameters)
-        if budget is None:
-            budget = self.budget_for(model, overhead=overhead)
-        sink = (
-            self.archive.sink(messages, results=not whole_log, run_context=ctx, conversation=conversation)
-            if self.readback
-            else None
-        )
-        context = CompileContext(
-            counter=counter,
-            budget=budget,
-            run_id=run_id,
-            run_context=ctx,
-            model=self.summary_model if self.summary_model is not None else model,
-            log=messages,
-            originals=sink,
-            # Where the view replaces the run's history (pydantic-ai 1.x, `process_history()`), the
-            # next request no longer carries the log a summary made ahead covers: summarise in place.
-            background=self._background
-            if whole_log or ctx is None or self._background_outlives_runs
-            else None,
-        )
-        happened: list[CompactionEvent] = []
-
-        async def on_event(event: CompactionEvent) -> None:
-            event = dataclasses.replace(event, profile=self.name, compile_id=compile_id)
-            happened.append(event)
-            self._record(event)
-            await self._dispatch(event)
-
+        # Inside the compile's scope: what is measured of the log (the newest instructions, the
+        # archive's lineage fingerprints) resumes from what was measured of the previous one.
         with compiling(self._scope, messages) as generation:
+            overhead = self._measure_overhead(messages, ctx, counter, parameters)
+            if budget is None:
+                budget = self.budget_for(model, overhead=overhead)
+            sink = (
+                self.archive.sink(messages, results=not whole_log, run_context=ctx, conversation=conversation)
+                if self.readback
+                else None
+            )
+            context = CompileContext(
+                counter=counter,
+                budget=budget,
+                run_id=run_id,
+                run_context=ctx,
+                model=self.summary_model if self.summary_model is not None else model,
+                log=messages,
+                originals=sink,
+                # Where the view replaces the run's history (pydantic-ai 1.x, `process_history()`), the
+                # next request no longer carries the log a summary made ahead covers: summarise in place.
+                background=self._background
+                if whole_log or ctx is None or self._background_outlives_runs
+                else None,
+            )
+            happened: list[CompactionEvent] = []
+
+            async def on_event(event: CompactionEvent) -> None:
+                event = dataclasses.replace(event, profile=self.name, compile_id=compile_id)
+                happened.append(event)
+                self._record(event)
+                await self._dispatch(event)
+
             view = await compile_view(
                 messages, self.steps, context, on_event=on_event, count_tokens=bool(self.event_handlers)
             )

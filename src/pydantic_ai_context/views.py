@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import inspect
+import operator
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, runtime_checkable
@@ -401,7 +402,7 @@ async def compile_view(
 
 
 def _changed(before: Sequence[ModelMessage], after: Sequence[ModelMessage]) -> bool:
-    return len(before) != len(after) or any(a is not b for a, b in zip(before, after, strict=True))
+    return len(before) != len(after) or any(map(operator.is_not, before, after))
 
 
 def _event(

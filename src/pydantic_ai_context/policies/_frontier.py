@@ -20,7 +20,7 @@ import bisect
 import dataclasses
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
@@ -212,6 +212,9 @@ class _Tally:
     """Nominal tool-output tokens of each observation (when a counter is given)."""
     totals: list[int]
     """Nominal tokens of the messages before each one, and of all (when a counter is given)."""
+    saved: dict[int, list[int]] = field(default_factory=dict)
+    """Per estimated size of a compacted observation: what compacting the first k observations
+    saves, for k = 0, 1, ... (filled in by `_escalate` as far as it needs, kept as the tally grows)."""
 
     @property
     def hidden_total(self) -> int:
@@ -245,7 +248,9 @@ class _Tally:
                 obs.append(i)
                 if tokens is not None and counter is not None:
                     tokens.append(_observation_tokens(message, counter))
-        return _Tally(tuple(messages), obs, hidden, tokens, totals)
+        return _Tally(
+            tuple(messages), obs, hidden, tokens, totals, {k: list(v) for k, v in self.saved.items()}
+        )
 
     def truncated(self, n: int) -> _Tally:
         """The tally of the first `n` messages."""
@@ -256,6 +261,7 @@ class _Tally:
             self.hidden[: n + 1],
             self.obs_tokens[:k] if self.obs_tokens is not None else None,
             self.totals[: n + 1],
+            {size: saved[: k + 1] for size, saved in self.saved.items()},
         )
 
 
@@ -363,9 +369,12 @@ def _escalate(
     ceiling = len(tally.obs) - min_recent
     if compacted >= ceiling:
         return compacted
-    saved = [0]
-    for t in tally.obs_tokens or []:
-        saved.append(saved[-1] + max(t - compacted_tokens, 0))
+    # A copy extended, then put back whole: threads compiling with one profile may share the tally.
+    saved = list(tally.saved.get(compacted_tokens, (0,)))
+    tokens = tally.obs_tokens or []
+    for i in range(len(saved) - 1, len(tokens)):  # only the observations new since the last call
+        saved.append(saved[-1] + max(tokens[i] - compacted_tokens, 0))
+    tally.saved[compacted_tokens] = saved
     over = tally.nominal_total - budget.soft_limit
     if over <= saved[max(compacted, 0)]:
         return compacted

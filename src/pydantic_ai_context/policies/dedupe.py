@@ -451,8 +451,10 @@ class DedupeReads(SyncPolicy):
             lo = max(observations[first] - 1, 0)
             segment = tuple(messages[lo : last + 1])
             key = tuple(map(id, segment))
+            # The entry holds its segment's messages, so no other object has taken their ids: the
+            # same ids are the same messages.
             found = memo.get(key) if memo is not None else None
-            if found is None or any(a is not b for a, b in zip(found[0], segment, strict=True)):
+            if found is None:
                 found = (segment, self._supersede(segment, len(segment), context))
                 if memo is not None:
                     if len(memo) >= 4_096:

@@ -8,9 +8,11 @@ provider would reject (DESIGN.md section 3).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import math
+import operator
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -159,10 +161,14 @@ class FitToBudget(SyncPolicy):
         # order before later user prompts, and after the steps already dropped.)
         key = context_key(context)
         last = self._last
+        drop = last.extra if last is not None else None
         if (
             last is not None
-            and last.extra == (target, True)
-            and (extended := last.extended(messages, key)) is not None
+            and isinstance(drop, _Dropped)
+            and drop.target == target
+            and drop.extendable
+            and (extended := last.extended(messages, key) or self._resumed(last, drop, messages, key))
+            is not None
             and counter.count_messages(extended) <= limit
         ):
             replay_note(last, context)
@@ -200,6 +206,50 @@ class FitToBudget(SyncPolicy):
         if not isinstance(last, ModelRequest) or not _parts.tool_results(last) or _parts.message_pinned(last):
             return 0
         return max(message_tokens(counter, last) - self.trim_tokens, 0)
+
+    def _resumed(
+        self, last: LastCall, drop: _Dropped, messages: list[ModelMessage], key: Hashable
+    ) -> list[ModelMessage] | None:
+        """The previous view with its kept messages after the last dropped step taken from `messages`,
+        when `messages` changed only after that step (a recent tool result trimmed as it aged):
+        exactly what `_drop` would build, or `None`.
+
+        `_drop` drops a prefix of its order; when the previous one stopped at the first step that
+        reached the target (`drop.first_stop`), the same steps with the same sizes reach it again,
+        so it drops the same ones if the view fits (the caller checks). The steps are the same when
+        the cut points up to the end of the last dropped one are, and enough steps stay after it
+        for the recency window; the note is the same when no note to merge (and strip) sits after
+        them: none arrived, and the previous view kept the messages after them as they were.
+        """
+        end = drop.end
+        if (
+            not drop.first_stop
+            or last.generation is None
+            or last.generation != active_generation()
+            or key != last.key
+        ):
+            return None
+        same = first_difference(last.messages, messages)
+        if same <= end or any(drop_record(m) is not None for m in messages[same:]):
+            return None
+        cuts = safe_cut_points(messages)
+        upto = bisect.bisect_right(cuts, end)
+        if cuts[:upto] != drop.cuts:
+            return None
+        n, kept, needed = len(messages), 0, max(self.keep_last_steps, 1)
+        for i in cuts[upto - 1 :]:
+            if kept >= needed or i >= n:
+                break
+            kept += isinstance(messages[i], ModelResponse)
+        if kept < needed:
+            return None
+        tail = len(last.messages) - end
+        output = last.output
+        if tail > len(output) or not all(
+            map(operator.is_, output[len(output) - tail :], last.messages[end:])
+        ):
+            return None
+        return [*output[: len(output) - tail], *messages[end:]]
 
     def _drop(
         self,
@@ -263,7 +313,12 @@ class FitToBudget(SyncPolicy):
             and freed >= target
             and all(plan.kinds[u] == _STEP for u in dropped)
         )
-        self._last = last_call(messages, view, context_key(context), context, (target, extendable))
+        end = plan.units[max(dropped)][1] if dropped else 0
+        cuts = safe_cut_points(messages) if dropped else []
+        last_unit = max(dropped) if dropped else None
+        first_stop = last_unit is not None and freed - sizes[last_unit] < target
+        drop = _Dropped(target, extendable, first_stop, end, cuts[: bisect.bisect_right(cuts, end)])
+        self._last = last_call(messages, view, context_key(context), context, drop)
         return view
 
     def _degrade(
@@ -369,6 +424,21 @@ def _clamp_results(
         if tokens <= room:
             break
     return out, tokens
+
+
+@dataclass(frozen=True, slots=True)
+class _Dropped:
+    """What `FitToBudget` remembers of its last drop, to tell whether the next view extends it."""
+
+    target: int
+    extendable: bool
+    """The drop reached its target with plain tool steps (new steps join the order after them)."""
+    first_stop: bool
+    """The last step dropped was the first to reach the target (none was added for the note's room)."""
+    end: int
+    """Where the last dropped step ended in the input."""
+    cuts: list[int]
+    """The input's safe cut points up to `end`: the steps before it."""
 
 
 def fit_to_budget(**settings: Any) -> FitToBudget:

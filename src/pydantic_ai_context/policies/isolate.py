@@ -25,7 +25,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 
-from pydantic_ai_context import _markers, _parts
+from pydantic_ai_context import _markers, _parts, _scope
 from pydantic_ai_context._boundaries import continues_task, is_summary, prompt_text, starts_run
 from pydantic_ai_context._facts import call_summary, digest
 from pydantic_ai_context._markers import OriginalsSink
@@ -336,11 +336,12 @@ def isolate_boundaries(**settings: Any) -> IsolateBoundaries:
 
 def _continues_last_run(log: Sequence[ModelMessage], tail: Sequence[ModelMessage]) -> bool:
     """`tail` adds to the last run of `log` without starting another (so `run_spans` agrees)."""
-    requests = [m for m in log if isinstance(m, ModelRequest)]
+    # During a compile read from a fold resumed from the previous log's (`log` is the previous
+    # input: a run's log grows by a few messages a request).
+    requests, unmarked, current = _scope.resumed_fold('isolate.run_ids', log, _RunIds, _RunIds.read)
     if not requests:
         return False
-    if all(getattr(m, 'run_id', None) for m in requests):
-        current = next((m.run_id for m in reversed(log) if getattr(m, 'run_id', None)), None)
+    if not unmarked:
         for message in tail:
             rid = getattr(message, 'run_id', None)
             if isinstance(message, ModelRequest) and not rid:
@@ -360,6 +361,37 @@ def _continues_last_run(log: Sequence[ModelMessage], tail: Sequence[ModelMessage
             return False
         earlier.add(text)
     return True
+
+
+class _RunIds:
+    """What `_continues_last_run` reads of the log, as a fold: per prefix, its requests, those of
+    them without a run id, and the newest run id."""
+
+    def __init__(self) -> None:
+        self.messages: list[ModelMessage] = []
+        self.requests: list[int] = [0]
+        self.unmarked: list[int] = [0]
+        self.current: list[str | None] = [None]
+
+    def read(self) -> tuple[int, int, str | None]:
+        return self.requests[-1], self.unmarked[-1], self.current[-1]
+
+    def truncate(self, n: int) -> None:
+        del self.messages[n:], self.requests[n + 1 :], self.unmarked[n + 1 :], self.current[n + 1 :]
+
+    def extend(self, messages: Sequence[ModelMessage]) -> None:
+        requests, unmarked, current = self.requests[-1], self.unmarked[-1], self.current[-1]
+        for message in messages[len(self.messages) :]:
+            rid = getattr(message, 'run_id', None)
+            if isinstance(message, ModelRequest):
+                requests += 1
+                unmarked += not rid
+            if rid:
+                current = rid
+            self.messages.append(message)
+            self.requests.append(requests)
+            self.unmarked.append(unmarked)
+            self.current.append(current)
 
 
 def _isolated(message: ModelMessage) -> bool:

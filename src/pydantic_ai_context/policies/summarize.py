@@ -404,19 +404,33 @@ class SummarizeWindow(AsyncPolicy):
     def _key_of(
         self, messages: Sequence[ModelMessage], start: int, end: int, template: tuple[str, str]
     ) -> str:
+        return self._keys_from(messages, start, template)(end)
+
+    def _keys_from(
+        self, messages: Sequence[ModelMessage], start: int, template: tuple[str, str]
+    ) -> Callable[[int], str]:
+        """The cache key of the span from `start` to a given end (kept in the reading when it is of
+        `messages`: a walk down the chain asks for the same keys at every compile)."""
         reading = self._reading
         if reading is not None and reading.reads(messages):
+            known = reading.keys_from(start, template)
 
-            def make() -> str:
-                span = reading.span_digest(start, end, self._message_digest)
-                return hashlib.sha256(f'{template[0]}"{span}"{template[1]}'.encode()).hexdigest()
+            def kept(end: int) -> str:
+                found = known.get(end)
+                if found is None:
+                    span = reading.span_digest(start, end, self._message_digest)
+                    found = known[end] = _cache_key(template, span)
+                return found
 
-            return reading.cache_key(start, end, template, make)
-        running = hashlib.sha256()
-        for i in range(start, end):
-            running.update(self._message_digest(messages[i]).encode())
-        span = running.hexdigest()
-        return hashlib.sha256(f'{template[0]}"{span}"{template[1]}'.encode()).hexdigest()
+            return kept
+
+        def key(end: int) -> str:
+            running = hashlib.sha256()
+            for i in range(start, end):
+                running.update(self._message_digest(messages[i]).encode())
+            return _cache_key(template, running.hexdigest())
+
+        return key
 
     # --- applying -----------------------------------------------------------------------------
 
@@ -430,7 +444,7 @@ class SummarizeWindow(AsyncPolicy):
                 _summary_ahead.start_if_due(self, messages, None, model, context)
             return messages
         reading = self._read(messages, context)
-        zones = find_zones(messages, summaries=reading.summaries)
+        zones = find_zones(messages, summaries=reading.summaries, cuts=reading.cut_points)
         if zones is None:
             return messages
         reuse: tuple[int, str] | None = None
@@ -536,7 +550,12 @@ class SummarizeWindow(AsyncPolicy):
             run = current_run(messages, run_id=context.run_id)
             if run is not None:
                 limit = min(limit, run.start)
-        every = safe_cut_points(messages)  # sorted
+        reading = self._reading
+        every = (
+            reading.cut_points()
+            if reading is not None and reading.reads(messages)
+            else safe_cut_points(messages)
+        )
         cuts = every[bisect.bisect_right(every, zones.start) : bisect.bisect_right(every, limit)]
         if not cuts:
             return []
@@ -625,10 +644,10 @@ class SummarizeWindow(AsyncPolicy):
         """
         start, previous, previous_digest = zones.start, zones.previous, zones.previous_digest
         while True:
-            template = self._key_template(previous_digest, model, size)
+            key = self._keys_from(messages, start, self._key_template(previous_digest, model, size))
             found: tuple[int, str] | None = None
             for candidate in sorted((e for e in ends if e > start), reverse=True):
-                text = self.cache.get(self._key_of(messages, start, candidate, template))
+                text = self.cache.get(key(candidate))
                 if text:
                     found = (candidate, text)
                     break
@@ -778,6 +797,11 @@ class SummarizeWindow(AsyncPolicy):
         return (f'{previous}\n\n{line}' if previous else line), 'fallback'
 
 
+def _cache_key(template: tuple[str, str], span: str) -> str:
+    """The cache key of a span whose digest is `span`, from `SummarizeWindow._key_template`."""
+    return hashlib.sha256(f'{template[0]}"{span}"{template[1]}'.encode()).hexdigest()
+
+
 def summarize_window(**settings: Any) -> SummarizeWindow:
     """Build a `SummarizeWindow` policy; see its attributes for the settings.
 
@@ -906,6 +930,8 @@ class _Reading:
     """Cache keys of spans, by the span's start and key template, then by the span's end."""
     instruction_tokens: dict[int, int] = field(default_factory=dict[int, int])
     """Tokens of the instructions of the requests in `instructed`, as read."""
+    cuts: list[int] | None = None
+    """`safe_cut_points` of the messages, once asked for."""
 
     @classmethod
     def of(
@@ -1022,17 +1048,20 @@ class _Reading:
             tokens += self.instruction_tokens[self.instructed[at]]
         return tokens
 
-    def cache_key(self, start: int, end: int, template: tuple[str, str], make: Callable[[], str]) -> str:
-        """The cache key of the span from `start` to `end` under `template` (`make` computes it)."""
+    def keys_from(self, start: int, template: tuple[str, str]) -> dict[int, str]:
+        """The cache keys known of the spans from `start` under `template`, by the span's end."""
         ends = self.cache_keys.get((start, template))
         if ends is None:
             if len(self.cache_keys) >= _RUNNING_STARTS * 2:
                 del self.cache_keys[next(iter(self.cache_keys))]
             ends = self.cache_keys[(start, template)] = {}
-        found = ends.get(end)
-        if found is None:
-            found = ends[end] = make()
-        return found
+        return ends
+
+    def cut_points(self) -> list[int]:
+        """`safe_cut_points` of the messages (read once per reading)."""
+        if self.cuts is None:
+            self.cuts = safe_cut_points(self.messages)
+        return self.cuts
 
     def span_digest(self, start: int, end: int, digest: Callable[[ModelMessage], str]) -> str:
         """The hex digest of the messages' digests from `start` to `end` (the cache key's span)."""
@@ -1086,28 +1115,40 @@ class _StepEnds:
     cuts: list[int] = field(default_factory=list[int])
     by_step: list[int | None] = field(default_factory=list[int | None])
     """The end of each step from the first (`None`: no cut at or before its target)."""
+    distinct: list[int] = field(default_factory=list[int])
+    """How many distinct ends the steps up to each one give."""
+    ends_list: list[int] = field(default_factory=list[int])
+    """The distinct ends, in order (what `ends` returned last)."""
 
     def ends(self, cuts: list[int], params: tuple[int, int, int, int], zones: Zones) -> list[int]:
-        _start, start_log, head_log, step = params
+        start, start_log, head_log, step = params
         first = (start_log - head_log) // step + 1
         last = (zones.log_index(cuts[-1]) - head_log) // step
         kept = 0
         old = self.cuts
-        if params == self.params and len(old) <= len(cuts) and cuts[: len(old)] == old and old:
-            # Steps whose target is at or before the previous last cut keep their end.
-            bound = old[-1]
-            while kept < len(self.by_step) and zones.input_index(head_log + (first + kept) * step) <= bound:
-                kept += 1
+        if old and params == self.params and len(old) <= len(cuts) and cuts[: len(old)] == old:
+            # Steps whose target (`start + head_log - start_log + k * step`) is at or before the
+            # previous last cut keep their end.
+            within = (old[-1] - start - head_log + start_log) // step
+            kept = max(0, min(len(self.by_step), within - first + 1))
         by_step = self.by_step[:kept]
+        distinct = self.distinct[:kept]
+        ends = self.ends_list[: distinct[-1]] if distinct else []
         at = 0
         for k in range(first + kept, last + 1):
             target = zones.input_index(head_log + k * step)
             at = bisect.bisect_right(cuts, target, at) - 1
-            by_step.append(cuts[at] if at >= 0 else None)
+            end = cuts[at] if at >= 0 else None
             at = max(at, 0)
-        self.params, self.cuts, self.by_step = params, cuts, by_step
-        ends: list[int] = []
-        for end in by_step:
+            by_step.append(end)
             if end is not None and (not ends or ends[-1] != end):
                 ends.append(end)
-        return ends
+            distinct.append(len(ends))
+        self.params, self.cuts, self.by_step, self.distinct, self.ends_list = (
+            params,
+            cuts,
+            by_step,
+            distinct,
+            ends,
+        )
+        return list(ends)

@@ -479,11 +479,12 @@ def start_if_due(
             return  # the view sent is never larger than the input
         from pydantic_ai_context.policies._summary_block import find_zones
 
-        zones = find_zones(messages, summaries=policy._read(messages, context).summaries)
-    elif policy._count(messages, 0, len(messages), context) <= low:
-        return
+        reading = policy._read(messages, context)
+        zones = find_zones(messages, summaries=reading.summaries, cuts=reading.cut_points)
         if zones is None:
             return
+    elif policy._count(messages, 0, len(messages), context) <= low:
+        return  # the view sent is never larger than the input
     conversation = _conversation(policy, zones)
     found = registry._pending.get(conversation)
     if found is not None and found.task is not None and not found.task.done():

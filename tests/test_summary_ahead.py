@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import time
@@ -10,17 +11,22 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import UsageLimits
 
 from pydantic_ai_context import ContextProfile, HeuristicCounter, profile
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, marker
-from pydantic_ai_context.policies.summarize import SummarizeWindow
+from pydantic_ai_context._scope import MemoScope, compiling
+from pydantic_ai_context.policies._summary_ahead import LogDigests
+from pydantic_ai_context.policies._summary_block import Zones
+from pydantic_ai_context.policies.summarize import SummarizeWindow, _StepEnds
 from pydantic_ai_context.policies.summary_cache import InMemorySummaryCache
 from pydantic_ai_context.replay import extractive_summary_model
 from pydantic_ai_context.session import ContextSession
+from pydantic_ai_context.views import CompileContext
 
+from .builders import History, Tool
 from .test_shrink import WINDOW, growing_log
 
 extractive: Any = extractive_summary_model().function
@@ -471,3 +477,108 @@ def test_a_cancelled_summary_counts_its_prompt_in_the_unit_the_summariser_report
     assert registry._cancelled_input(pending) == 3_000
     registry._prompted, registry._reported = 4_000, 2_000
     assert registry._cancelled_input(pending) == 1_500
+
+
+# --- what the policy keeps from one compile to the next (issue 22) ---------------------------------
+
+
+def test_a_log_digest_is_kept_only_while_the_log_up_to_its_end_is_the_same() -> None:
+    """The summary in flight is checked against the log at every request from digests kept between
+    compiles: a log that differs inside the span (a branch) gets the span's own digest again."""
+    policy = SummarizeWindow()
+    log = (
+        History()
+        .user('go')
+        .step(Tool('cat', {'path': 'a'}, 'one'))
+        .step(Tool('cat', {'path': 'b'}, 'two'))
+        .build()
+    )
+    other = (
+        History()
+        .user('go')
+        .step(Tool('cat', {'path': 'a'}, 'one'))
+        .step(Tool('cat', {'path': 'x'}, 'six'))
+        .build()
+    )
+    branched = [*log[:3], *other[3:]]
+    longer = [*log, *History().step(Tool('cat', {'path': 'c'}, 'three')).build()[1:]]
+    with compiling(MemoScope(), log):
+        digests = LogDigests()
+        first = digests.of(log, 1, 5, policy._message_digest)
+        assert digests.of(longer, 1, 5, policy._message_digest) == first  # the log grew after the span
+        changed = digests.of(branched, 1, 5, policy._message_digest)
+        assert changed == LogDigests().of(branched, 1, 5, policy._message_digest) != first
+
+
+def test_the_reading_counts_a_span_as_count_messages_does() -> None:
+    """Spans are counted from the reading's running totals; instructions count once per span, the
+    newest request's that has them (an empty string included), as `count_messages` counts them."""
+    counter = HeuristicCounter()
+    log = (
+        History()
+        .user('go')
+        .step(Tool('cat', {'path': 'a'}, 'one ' * 50))
+        .step(Tool('ls', {}, 'a b c'))
+        .build()
+    )
+    log = [
+        dataclasses.replace(m, instructions=['Be brief.', None, 'Answer in French, please.', ''][i % 4])
+        if isinstance(m, ModelRequest)
+        else m
+        for i, m in enumerate(log)
+    ]
+    policy = SummarizeWindow()
+    context = CompileContext(counter=counter)
+    policy._read(log, context)
+    for start in range(len(log) + 1):
+        for end in range(start, len(log) + 1):
+            assert policy._count(log, start, end, context) == counter.count_messages(log[start:end]), (
+                start,
+                end,
+            )
+
+
+def test_cache_keys_kept_in_the_reading_follow_the_messages() -> None:
+    """The cache keys of spans are kept in the reading from one compile to the next: a span that
+    ends past the first changed message (the same generation: a frontier moved over it) gets its
+    own key again, one that ends before it keeps the key it had."""
+    policy = SummarizeWindow()
+    log = (
+        History()
+        .user('go')
+        .step(Tool('cat', {'path': 'a'}, 'one'))
+        .step(Tool('cat', {'path': 'b'}, 'two'))
+        .build()
+    )
+    other = (
+        History()
+        .user('go')
+        .step(Tool('cat', {'path': 'a'}, 'one'))
+        .step(Tool('cat', {'path': 'x'}, 'six'))
+        .build()
+    )
+    changed = [*log[:3], *other[3:]]
+    context = CompileContext(counter=HeuristicCounter())
+    with compiling(MemoScope(), log):
+        policy._read(log, context)
+        before = policy._key(log, 1, 5, None, None, None), policy._key(log, 1, 3, None, None, None)
+        policy._read(changed, context)
+        after = policy._key(changed, 1, 5, None, None, None), policy._key(changed, 1, 3, None, None, None)
+    fresh = SummarizeWindow()
+    fresh._read(changed, context)  # no compile: nothing is kept
+    assert after == (fresh._key(changed, 1, 5, None, None, None), fresh._key(changed, 1, 3, None, None, None))
+    assert after[0] != before[0]
+    assert after[1] == before[1]
+
+
+def test_step_ends_kept_between_compiles_follow_the_cut_points() -> None:
+    """The candidate span ends are resumed from the previous cut points only while the new ones
+    begin with them: a cut that became unsafe (a late result answering an old call) moves the
+    ends of the steps after it."""
+    zones = Zones(head=[], start=1, start_log=1, head_log=1)
+    params = (1, 1, 1, 2)
+    kept = _StepEnds()
+    assert kept.ends([3, 5, 7, 9], params, zones) == [3, 5, 7, 9]
+    assert kept.ends([3, 5, 7, 9, 11, 13], params, zones) == [3, 5, 7, 9, 11, 13]
+    fewer = [3, 7, 9, 11, 13, 15]
+    assert kept.ends(fewer, params, zones) == _StepEnds().ends(fewer, params, zones) == [3, 7, 9, 11, 13, 15]

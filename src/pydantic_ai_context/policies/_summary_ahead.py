@@ -36,12 +36,14 @@ import hashlib
 import logging
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from pydantic_ai.messages import ModelMessage
 
+from pydantic_ai_context._prefix import first_difference
+from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.events import CompactionEvent
 from pydantic_ai_context.policies._summary_block import ACK_TEXT, SUMMARY_PREFIX, Zones, digest_text
 from pydantic_ai_context.views import CompileContext
@@ -336,10 +338,51 @@ def _log_digest(policy: SummarizeWindow, context: CompileContext, start_log: int
     log = context.log
     if not 0 <= start_log < end_log <= len(log):
         return None
-    running = hashlib.sha256()
-    for i in range(start_log, end_log):
-        running.update(policy._message_digest(log[i]).encode())
-    return running.hexdigest()
+    return policy._log_digests.of(log, start_log, end_log, policy._message_digest)
+
+
+_LOG_SPANS: Final = 8
+"""Log digests `LogDigests` keeps (a summary in flight, the ones made ahead, the next one planned)."""
+
+
+@dataclass(eq=False)
+class LogDigests:
+    """Digests of spans of the canonical log, kept from one compile to the next.
+
+    A span's digest is kept while the log's messages up to its end are the same objects, in the
+    same generation of the compiling scope (no message edited in place since): the summary in
+    flight is checked against the log at every request, and that costs no pass over the span.
+    """
+
+    log: tuple[ModelMessage, ...] = ()
+    generation: int | None = None
+    spans: dict[tuple[int, int], str] = field(default_factory=dict[tuple[int, int], str])
+
+    def of(
+        self, log: Sequence[ModelMessage], start: int, end: int, digest: Callable[[ModelMessage], str]
+    ) -> str:
+        """The digest of `log[start:end]` (`digest`: one message's)."""
+        generation = active_generation()
+        if generation is None or generation != self.generation:
+            self.spans = {}
+            self.log = ()
+        same = first_difference(self.log, log)
+        if same < len(self.log):
+            self.spans = {span: found for span, found in self.spans.items() if span[1] <= same}
+        if same < len(self.log) or len(log) != len(self.log):
+            self.log = tuple(log)
+        self.generation = generation
+        found = self.spans.get((start, end))
+        if found is None:
+            running = hashlib.sha256()
+            for i in range(start, end):
+                running.update(digest(log[i]).encode())
+            found = running.hexdigest()
+            if generation is not None:
+                if len(self.spans) >= _LOG_SPANS:
+                    del self.spans[next(iter(self.spans))]
+                self.spans[(start, end)] = found
+        return found
 
 
 def adopt(
@@ -387,10 +430,12 @@ def _chain(
     size = policy._summary_tokens(context, zones)
     start, previous, _ = policy._walk_chain(messages, zones, candidates, model, size)
     if start <= zones.start:
-        return _Chain(zones.start, zones.previous, context.counter.count_messages(messages))
+        return _Chain(zones.start, zones.previous, policy._count(messages, 0, len(messages), context))
     counter = context.counter
     projected = (
-        _fixed(zones, context) + counter.count_text(previous or '') + counter.count_messages(messages[start:])
+        _fixed(zones, context)
+        + counter.count_text(previous or '')
+        + policy._count(messages, start, len(messages), context)
     )
     return _Chain(start, previous, projected)
 
@@ -429,14 +474,17 @@ def start_if_due(
         return
     low, high, limit = marks
     counter = context.counter
-    if counter.count_messages(messages) <= low:
-        return  # the view sent is never larger than the input
-    if zones is None:
+    if zones is None:  # the trigger did not fire: the policy has not read this input yet
+        if counter.count_messages(messages) <= low:
+            return  # the view sent is never larger than the input
         from pydantic_ai_context.policies._summary_block import find_zones
 
-        zones = find_zones(messages)
+        reading = policy._read(messages, context)
+        zones = find_zones(messages, summaries=reading.summaries, cuts=reading.cut_points)
         if zones is None:
             return
+    elif policy._count(messages, 0, len(messages), context) <= low:
+        return  # the view sent is never larger than the input
     conversation = _conversation(policy, zones)
     found = registry._pending.get(conversation)
     if found is not None and found.task is not None and not found.task.done():
@@ -458,7 +506,7 @@ def start_if_due(
     if end is None:
         return
     furthest = policy._candidates(messages, zones, context, enter_run=True)
-    if furthest and fixed + asked + counter.count_messages(messages[furthest[-1] :]) > limit:
+    if furthest and fixed + asked + policy._count(messages, furthest[-1], len(messages), context) > limit:
         return  # no summary makes the view fit: the trigger leaves the steps to fit_to_budget too
     base_digest = digest_text(chain.previous) if chain.previous else None
     if chain.start == zones.start:
@@ -493,7 +541,7 @@ def _span_end(
     """The first candidate end whose tail fits `tail_room`, else the furthest one. A current run
     kept out of summaries is entered (as the trigger will once the view is over the limit) only
     when the steps before it cannot make room."""
-    counter = context.counter
+    n = len(messages)
     ends: list[int] = []
     for enter_run in (False, True):
         ends = [e for e in policy._candidates(messages, zones, context, enter_run=enter_run) if e > start]
@@ -504,9 +552,7 @@ def _span_end(
         suffix = 0
         fitting = None
         for at in range(len(ends) - 1, -1, -1):
-            suffix += counter.count_messages(
-                messages[ends[at] : ends[at + 1] if at + 1 < len(ends) else None]
-            )
+            suffix += policy._count(messages, ends[at], ends[at + 1] if at + 1 < len(ends) else n, context)
             if suffix > tail_room:
                 break
             fitting = ends[at]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -98,11 +98,16 @@ def is_drop_note(part: Any, record: dict[str, Any]) -> bool:
     return note is not None and isinstance(part, UserPromptPart) and part.content == note
 
 
-def find_zones(messages: Sequence[ModelMessage], *, summaries: Sequence[int] | None = None) -> Zones | None:
+def find_zones(
+    messages: Sequence[ModelMessage],
+    *,
+    summaries: Sequence[int] | None = None,
+    cuts: Callable[[], list[int]] | None = None,
+) -> Zones | None:
     """The head, or the head and existing summary block of an already-compiled view.
 
     `summaries`: the positions of the messages that may carry a summary's marker, when known
-    (else every message is looked at).
+    (else every message is looked at); `cuts`: gives `safe_cut_points(messages)`, when known.
     """
     for s in reversed(summaries) if summaries is not None else range(len(messages) - 1, -1, -1):
         record = _parts.marker(messages[s])
@@ -121,8 +126,8 @@ def find_zones(messages: Sequence[ModelMessage], *, summaries: Sequence[int] | N
             if isinstance(m, ModelResponse) and _parts.final_text(m) and not _parts.tool_calls(m):
                 head_end = i + 1
                 break
-    cuts = safe_cut_points(messages)
-    head_end = next((c for c in cuts if c >= head_end), len(messages))
+    points = cuts() if cuts is not None else safe_cut_points(messages)
+    head_end = next((c for c in points if c >= head_end), len(messages))
     return Zones(head=list(messages[:head_end]), start=head_end, start_log=head_end, head_log=head_end)
 
 

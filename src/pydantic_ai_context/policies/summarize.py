@@ -76,7 +76,7 @@ from pydantic_ai_context.policies.summariser import (
     summary_prompt,
 )
 from pydantic_ai_context.policies.summary_cache import InMemorySummaryCache, SummaryCache
-from pydantic_ai_context.tokens import TokenCounter, message_tokens
+from pydantic_ai_context.tokens import TokenCounter, _MessageCounter, message_tokens
 from pydantic_ai_context.views import CompileContext, current_run
 
 # The summariser call and the summary cache live in their own modules; their names stay
@@ -244,6 +244,12 @@ class SummarizeWindow(AsyncPolicy):
     _digests: ObjectMemo[str] = field(default_factory=ObjectMemo[str], init=False, repr=False, compare=False)
     _reading: _Reading | None = field(default=None, init=False, repr=False, compare=False)
     _block: BlockMemo = field(default_factory=BlockMemo, init=False, repr=False, compare=False)
+    _steps: dict[bool, _StepEnds] = field(
+        default_factory=dict[bool, '_StepEnds'], init=False, repr=False, compare=False
+    )
+    _log_digests: _summary_ahead.LogDigests = field(
+        default_factory=_summary_ahead.LogDigests, init=False, repr=False, compare=False
+    )
     _oversized: tuple[str, int | None, int | None] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -398,15 +404,33 @@ class SummarizeWindow(AsyncPolicy):
     def _key_of(
         self, messages: Sequence[ModelMessage], start: int, end: int, template: tuple[str, str]
     ) -> str:
+        return self._keys_from(messages, start, template)(end)
+
+    def _keys_from(
+        self, messages: Sequence[ModelMessage], start: int, template: tuple[str, str]
+    ) -> Callable[[int], str]:
+        """The cache key of the span from `start` to a given end (kept in the reading when it is of
+        `messages`: a walk down the chain asks for the same keys at every compile)."""
         reading = self._reading
         if reading is not None and reading.reads(messages):
-            span = reading.span_digest(start, end, self._message_digest)
-        else:
+            known = reading.keys_from(start, template)
+
+            def kept(end: int) -> str:
+                found = known.get(end)
+                if found is None:
+                    span = reading.span_digest(start, end, self._message_digest)
+                    found = known[end] = _cache_key(template, span)
+                return found
+
+            return kept
+
+        def key(end: int) -> str:
             running = hashlib.sha256()
             for i in range(start, end):
                 running.update(self._message_digest(messages[i]).encode())
-            span = running.hexdigest()
-        return hashlib.sha256(f'{template[0]}"{span}"{template[1]}'.encode()).hexdigest()
+            return _cache_key(template, running.hexdigest())
+
+        return key
 
     # --- applying -----------------------------------------------------------------------------
 
@@ -419,8 +443,8 @@ class SummarizeWindow(AsyncPolicy):
             if self.ahead:  # --- summary ahead (see _summary_ahead) ---
                 _summary_ahead.start_if_due(self, messages, None, model, context)
             return messages
-        reading = self._reading = _Reading.of(messages, context.counter, self._reading)
-        zones = find_zones(messages, summaries=reading.summaries)
+        reading = self._read(messages, context)
+        zones = find_zones(messages, summaries=reading.summaries, cuts=reading.cut_points)
         if zones is None:
             return messages
         reuse: tuple[int, str] | None = None
@@ -479,6 +503,11 @@ class SummarizeWindow(AsyncPolicy):
             reuse=self._block,
         )
 
+    def _read(self, messages: Sequence[ModelMessage], context: CompileContext) -> _Reading:
+        """What this compile reads of `messages`, resumed from the previous compile's reading."""
+        reading = self._reading = _Reading.of(messages, context.counter, self._reading)
+        return reading
+
     # --- planning a shrink under a budget -----------------------------------------------------
 
     def _summary_tokens(self, context: CompileContext, zones: Zones) -> int | None:
@@ -515,26 +544,25 @@ class SummarizeWindow(AsyncPolicy):
         n = len(messages)
         limit = n - 1
         over_limit = (
-            context.budget is not None and context.counter.count_messages(messages) > context.budget.limit
+            context.budget is not None and self._count(messages, 0, n, context) > context.budget.limit
         )
         if self.keep_current_run and not (over_limit or enter_run):  # enter_run: a summary ahead
             run = current_run(messages, run_id=context.run_id)
             if run is not None:
                 limit = min(limit, run.start)
-        cuts = [c for c in safe_cut_points(messages) if zones.start < c <= limit]
+        reading = self._reading
+        every = (
+            reading.cut_points()
+            if reading is not None and reading.reads(messages)
+            else safe_cut_points(messages)
+        )
+        cuts = every[bisect.bisect_right(every, zones.start) : bisect.bisect_right(every, limit)]
         if not cuts:
             return []
-        ends: set[int] = set()
-        first = (zones.log_index(zones.start) - zones.head_log) // self.step_messages + 1
-        last = (zones.log_index(cuts[-1]) - zones.head_log) // self.step_messages
-        at = 0
-        for k in range(first, last + 1):
-            target = zones.input_index(zones.head_log + k * self.step_messages)
-            while at + 1 < len(cuts) and cuts[at + 1] <= target:
-                at += 1
-            if cuts[at] <= target:
-                ends.add(cuts[at])
-        return sorted(ends)
+        params = (zones.start, zones.start_log, zones.head_log, self.step_messages)
+        # Kept apart for the lists that stop before the current run and the ones that do not.
+        steps = self._steps.setdefault(limit == n - 1, _StepEnds())
+        return steps.ends(cuts, params, zones)
 
     def _plan_shrink(
         self, messages: Sequence[ModelMessage], zones: Zones, model: Any, context: CompileContext
@@ -582,6 +610,13 @@ class SummarizeWindow(AsyncPolicy):
             return None  # no summary makes it fit: better leave the steps to fit_to_budget
         return reachable[-1], None
 
+    def _count(self, messages: Sequence[ModelMessage], start: int, end: int, context: CompileContext) -> int:
+        """`count_messages(messages[start:end])`, from this compile's reading when it is of `messages`."""
+        reading = self._reading
+        if reading is not None and reading.reads(messages):
+            return reading.count(start, end, context.counter)
+        return context.counter.count_messages(messages[start:end])
+
     def _suffix_tokens(
         self, messages: Sequence[ModelMessage], first: int, context: CompileContext
     ) -> _Suffix | list[int]:
@@ -609,10 +644,10 @@ class SummarizeWindow(AsyncPolicy):
         """
         start, previous, previous_digest = zones.start, zones.previous, zones.previous_digest
         while True:
-            template = self._key_template(previous_digest, model, size)
+            key = self._keys_from(messages, start, self._key_template(previous_digest, model, size))
             found: tuple[int, str] | None = None
             for candidate in sorted((e for e in ends if e > start), reverse=True):
-                text = self.cache.get(self._key_of(messages, start, candidate, template))
+                text = self.cache.get(key(candidate))
                 if text:
                     found = (candidate, text)
                     break
@@ -762,6 +797,11 @@ class SummarizeWindow(AsyncPolicy):
         return (f'{previous}\n\n{line}' if previous else line), 'fallback'
 
 
+def _cache_key(template: tuple[str, str], span: str) -> str:
+    """The cache key of a span whose digest is `span`, from `SummarizeWindow._key_template`."""
+    return hashlib.sha256(f'{template[0]}"{span}"{template[1]}'.encode()).hexdigest()
+
+
 def summarize_window(**settings: Any) -> SummarizeWindow:
     """Build a `SummarizeWindow` policy; see its attributes for the settings.
 
@@ -876,12 +916,22 @@ class _Reading:
     """Requests that are pinned or hold a pinned result (the response before may keep its calls)."""
     failed: list[int]
     """Requests that hold a failed result (the response before may keep an unresolved call)."""
+    instructed: list[int]
+    """Requests whose `instructions` are set (`count_messages` counts the newest of a list's once)."""
+    exact: bool
+    """`count` gives `count_messages` from the totals (the counter's own per-message counts)."""
     digests: list[str] = field(default_factory=list[str])
     """Digests of the first messages (read as the cache keys need them)."""
     keys: dict[Any, _Running] = field(default_factory=dict[Any, _Running])
     """Running hashes of message digests (cache keys), by the span's start."""
     refs: dict[Any, _Running] = field(default_factory=dict[Any, _Running])
     """Running hashes of message signatures (span refs), by the span's start and earlier ref."""
+    cache_keys: dict[Any, dict[int, str]] = field(default_factory=dict[Any, dict[int, str]])
+    """Cache keys of spans, by the span's start and key template, then by the span's end."""
+    instruction_tokens: dict[int, int] = field(default_factory=dict[int, int])
+    """Tokens of the instructions of the requests in `instructed`, as read."""
+    cuts: list[int] | None = None
+    """`safe_cut_points` of the messages, once asked for."""
 
     @classmethod
     def of(
@@ -898,7 +948,9 @@ class _Reading:
         ):
             same = first_difference(previous.messages, messages)
         if previous is None or same == 0:
-            reading = cls((), generation, key, [0], [0], [], [], [], [])
+            reading = cls(
+                (), generation, key, [0], [0], [], [], [], [], [], isinstance(counter, _MessageCounter)
+            )
         else:
             # A copy: a compile suspended in the summariser call still reads the one it made.
             reading = previous.truncated(same)
@@ -932,9 +984,17 @@ class _Reading:
             below(self.own),
             below(self.pinned),
             below(self.failed),
+            below(self.instructed),
+            self.exact,
             self.digests[:n],
             kept(self.keys),
             kept(self.refs),
+            {
+                key: {end: k for end, k in ends.items() if end <= n}
+                for key, ends in self.cache_keys.items()
+                if key[0] < n
+            },
+            {i: t for i, t in self.instruction_tokens.items() if i < n},
         )
 
     def _read(self, messages: Sequence[ModelMessage], counter: TokenCounter) -> None:
@@ -953,6 +1013,9 @@ class _Reading:
                     self.failed.append(i)
             elif isinstance(message, ModelRequest) and _parts.is_pinned(message):
                 self.pinned.append(i)
+            if isinstance(message, ModelRequest) and message.instructions is not None:
+                self.instructed.append(i)
+                self.instruction_tokens[i] = counter.count_message(message) - message_tokens(counter, message)
             self.observations.append(count)
             if (_parts.marker(message) or {}).get('kind') == MARKER_KIND:
                 self.summaries.append(i)
@@ -971,6 +1034,34 @@ class _Reading:
             ]
         ]
         return sorted({*own, *before}) if before else own
+
+    def count(self, start: int, end: int, counter: TokenCounter) -> int:
+        """`counter.count_messages(messages[start:end])`, from the totals: the parts of each message,
+        and the instructions of the newest request in the range that has them."""
+        if not self.exact:
+            return counter.count_messages(self.messages[start:end])
+        if end <= start:
+            return 0
+        tokens = self.totals[end] - self.totals[start]
+        at = bisect.bisect_left(self.instructed, end) - 1
+        if at >= 0 and self.instructed[at] >= start:
+            tokens += self.instruction_tokens[self.instructed[at]]
+        return tokens
+
+    def keys_from(self, start: int, template: tuple[str, str]) -> dict[int, str]:
+        """The cache keys known of the spans from `start` under `template`, by the span's end."""
+        ends = self.cache_keys.get((start, template))
+        if ends is None:
+            if len(self.cache_keys) >= _RUNNING_STARTS * 2:
+                del self.cache_keys[next(iter(self.cache_keys))]
+            ends = self.cache_keys[(start, template)] = {}
+        return ends
+
+    def cut_points(self) -> list[int]:
+        """`safe_cut_points` of the messages (read once per reading)."""
+        if self.cuts is None:
+            self.cuts = safe_cut_points(self.messages)
+        return self.cuts
 
     def span_digest(self, start: int, end: int, digest: Callable[[ModelMessage], str]) -> str:
         """The hex digest of the messages' digests from `start` to `end` (the cache key's span)."""
@@ -1008,3 +1099,56 @@ class _Reading:
                 del runnings[next(iter(runnings))]
             found = runnings[key] = _Running(start, seed())
         return found
+
+
+@dataclass(eq=False)
+class _StepEnds:
+    """`SummarizeWindow._candidates` from the safe cut points, kept from one compile to the next.
+
+    The end for step `k` is the last cut at or before the step's target: it depends only on the
+    cuts up to that target. When the cuts of the next compile begin with the previous ones (new
+    messages add cuts after them), the ends of the steps whose targets lie within the previous
+    cuts are kept and only the later steps are placed.
+    """
+
+    params: tuple[int, int, int, int] | None = None
+    cuts: list[int] = field(default_factory=list[int])
+    by_step: list[int | None] = field(default_factory=list[int | None])
+    """The end of each step from the first (`None`: no cut at or before its target)."""
+    distinct: list[int] = field(default_factory=list[int])
+    """How many distinct ends the steps up to each one give."""
+    ends_list: list[int] = field(default_factory=list[int])
+    """The distinct ends, in order (what `ends` returned last)."""
+
+    def ends(self, cuts: list[int], params: tuple[int, int, int, int], zones: Zones) -> list[int]:
+        start, start_log, head_log, step = params
+        first = (start_log - head_log) // step + 1
+        last = (zones.log_index(cuts[-1]) - head_log) // step
+        kept = 0
+        old = self.cuts
+        if old and params == self.params and len(old) <= len(cuts) and cuts[: len(old)] == old:
+            # Steps whose target (`start + head_log - start_log + k * step`) is at or before the
+            # previous last cut keep their end.
+            within = (old[-1] - start - head_log + start_log) // step
+            kept = max(0, min(len(self.by_step), within - first + 1))
+        by_step = self.by_step[:kept]
+        distinct = self.distinct[:kept]
+        ends = self.ends_list[: distinct[-1]] if distinct else []
+        at = 0
+        for k in range(first + kept, last + 1):
+            target = zones.input_index(head_log + k * step)
+            at = bisect.bisect_right(cuts, target, at) - 1
+            end = cuts[at] if at >= 0 else None
+            at = max(at, 0)
+            by_step.append(end)
+            if end is not None and (not ends or ends[-1] != end):
+                ends.append(end)
+            distinct.append(len(ends))
+        self.params, self.cuts, self.by_step, self.distinct, self.ends_list = (
+            params,
+            cuts,
+            by_step,
+            distinct,
+            ends,
+        )
+        return list(ends)

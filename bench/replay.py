@@ -33,7 +33,7 @@ peak view tokens, requests over the window, fact retention, needed-fact retentio
 shows verbatim: see `pydantic_ai_context._model_texts`), summariser
 calls, the requests whose view had steps dropped by `fit_to_budget` and those whose view held a
 summary, median compile ms, the recall-charged cost (one read-back round trip per request whose
-recorded response uses a fact the view lacks: see `pydantic_ai_context._recall`) and the share of
+recorded response uses a fact the view lacks: see `pydantic_ai_context.replay.recall`) and the share of
 needed facts shown or recoverable by read-back. Then the geometric mean of the ratios to `none`
 across files, per profile and window. `bench/readback.py` compares read-back settings.
 

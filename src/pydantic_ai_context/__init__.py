@@ -57,7 +57,7 @@ from .profiles import ContextProfile, available_profiles, profile, register_prof
 from .readback import readback_toolset
 from .request_tokens import RequestTokens, weigh_request
 from .session import ContextSession, StoreSummaryCache
-from .session_readback import StoreReadbackStore
+from .session.readback import StoreReadbackStore
 from .settings import ContextSettings
 from .store import Artifact, ArtifactStore, MemoryStore, SessionInfo, SessionStore, SqliteStore, open_store
 from .store._compat import CONVERSATION_STORE_NAMES, HAS_CONVERSATION_STORE, require_conversation_store

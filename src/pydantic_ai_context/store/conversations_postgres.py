@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
@@ -26,7 +25,8 @@ from pydantic_ai.conversation_store import (
 from ..errors import StoreError
 from ._codec import check_id, decode_meta, encode_meta
 from ._conversations import MAX_HISTORY, Row, chain, decode_record, encode_entries, encode_record, tips
-from ._postgres_sql import COLLECT_ENTRIES, ENTRIES_LOCK, ENTRY_COLUMNS, MIGRATION_LOCK, POSTGRES_MIGRATIONS
+from ._postgres_connect import first_connection, import_driver, migrate
+from ._postgres_sql import COLLECT_ENTRIES, ENTRIES_LOCK, ENTRY_COLUMNS, POSTGRES_MIGRATIONS
 from ._redact import redact_url, scrub
 from .artifacts import Artifact, ArtifactStore, check_keys, check_values
 
@@ -35,18 +35,6 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
 __all__ = ('POSTGRES_MIGRATIONS', 'PostgresConversationStore')
-
-
-def _import_driver() -> tuple[Any, Any]:
-    try:
-        import psycopg
-        import psycopg_pool
-    except ImportError as e:  # pragma: no cover - the dev extra installs it
-        raise ImportError(
-            'PostgresConversationStore needs psycopg 3 and psycopg_pool: '
-            'pip install "pydantic-ai-context[postgres]"'
-        ) from e
-    return psycopg, psycopg_pool
 
 
 def describe_url(url: str) -> str:
@@ -75,7 +63,7 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
     """(the libpq connection string the pool gets, its parameters) for a PostgreSQL URL or conninfo
     string, normalised (the scheme lower-case) and checked the way libpq reads it. `StoreError`
     for one it cannot read, at once, naming it without its secrets (`_redact.redact_url`)."""
-    psycopg, _ = _import_driver()
+    psycopg, _ = import_driver()
     if not isinstance(url, str):
         raise StoreError(f'a PostgreSQL URL must be a str, got {type(url).__name__}')
     text = url.strip()
@@ -103,11 +91,6 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
         if port and not port.isdigit():
             raise StoreError(f'PostgreSQL URL {redact_url(url)!r}: the port must be a number; {_HOW}')
     return psycopg.conninfo.make_conninfo(**params), params
-
-
-# A server that answered and refused (a role or database that does not exist, a wrong password, no
-# pg_hba.conf entry) will refuse again: say so at once. These pass with time: wait for them.
-_TRANSIENT: Final = ('too many', 'starting up', 'shutting down', 'in recovery', 'not yet accepting')
 
 
 @dataclass(eq=False)
@@ -190,32 +173,9 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
                 self._pool = pool
         return self._pool
 
-    async def _first_connection(self) -> None:
-        """Connect once before the pool does: a server that refuses (a wrong role, database or
-        password) fails at once naming why, instead of the pool retrying until `timeout` and logging
-        each failure; a server that is not up yet is waited for until `timeout`."""
-        psycopg, _ = _import_driver()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        while True:
-            remaining = deadline - loop.time()
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self._conninfo, connect_timeout=max(2, math.ceil(remaining))
-                )
-            except psycopg.Error as e:
-                reason = scrub(str(e), self.url).strip() or type(e).__name__
-                refused = 'FATAL' in reason and not any(t in reason for t in _TRANSIENT)
-                if refused or 'invalid' in reason or deadline - loop.time() <= 0:
-                    raise StoreError(f'{self.where}: cannot connect: {reason}', path=self.where) from None
-                await asyncio.sleep(min(0.2, max(0.0, deadline - loop.time())))
-                continue
-            await conn.close()
-            return
-
     async def _open_pool(self) -> AsyncConnectionPool[Any]:
-        psycopg, psycopg_pool = _import_driver()
-        await self._first_connection()
+        psycopg, psycopg_pool = import_driver()
+        await first_connection(self._conninfo, url=self.url, where=self.where, timeout=self.timeout)
         pool: AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
             self._conninfo,
             min_size=self.min_size,
@@ -229,7 +189,7 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
         try:
             await pool.open(wait=True, timeout=self.timeout)
             async with pool.connection() as conn:
-                await self._migrate(conn)
+                await migrate(conn, self.migrations, where=self.where)
         except BaseException as e:
             await pool.close()
             if isinstance(e, psycopg.Error | psycopg_pool.PoolTimeout):
@@ -238,38 +198,9 @@ class PostgresConversationStore(ConversationStore, ArtifactStore):
             raise
         return pool
 
-    async def _migrate(self, conn: AsyncConnection[Any]) -> None:
-        target = len(self.migrations)
-        async with conn.transaction():
-            await conn.execute('SELECT pg_advisory_xact_lock(%s)', (MIGRATION_LOCK,))
-            await conn.execute(
-                'CREATE TABLE IF NOT EXISTS pydantic_ai_context_schema (version integer NOT NULL)'
-            )
-            row = await (await conn.execute('SELECT version FROM pydantic_ai_context_schema')).fetchone()
-            if row is None:
-                await conn.execute('INSERT INTO pydantic_ai_context_schema (version) VALUES (0)')
-            version = 0 if row is None else int(row[0])
-            if version > target:
-                raise StoreError(
-                    f'{self.where} has store schema version {version}, newer than version {target} that this '
-                    'pydantic-ai-context understands; upgrade pydantic-ai-context to use it',
-                    path=self.where,
-                )
-            while version < target:
-                try:
-                    await conn.execute(self.migrations[version])
-                except Exception as e:
-                    raise StoreError(
-                        f'{self.where}: migrating the store schema from version {version} to {version + 1} '
-                        f'failed: {e}',
-                        path=self.where,
-                    ) from e
-                version += 1
-            await conn.execute('UPDATE pydantic_ai_context_schema SET version = %s', (version,))
-
     @contextlib.asynccontextmanager
     async def _connection(self, doing: str) -> AsyncIterator[AsyncConnection[Any]]:
-        psycopg, psycopg_pool = _import_driver()
+        psycopg, psycopg_pool = import_driver()
         pool = await self._ready_pool()
         try:
             async with pool.connection() as conn:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
-from .store import SessionStore
-from .store._compat import HAS_CONVERSATION_STORE
+from ..store import SessionStore
+from ..store._compat import HAS_CONVERSATION_STORE
 
 if TYPE_CHECKING:
     from pydantic_ai.conversation import Conversation

@@ -28,19 +28,17 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import ModelMessage
 
-from . import _markers, _parts
-from .archive import ContextArchive
-from .readback import read_context, search_context
-from .tokens import TokenCounter
-from .views import run_spans
-
-if TYPE_CHECKING:
-    from .replay import FactIndex
+from .. import _markers, _parts
+from ..archive import ContextArchive
+from ..readback import read_context, search_context
+from ..tokens import TokenCounter
+from ..views import run_spans
+from .facts import FactIndex
 
 _NEXT_PAGE = re.compile(r'offset=(\d+)\)\]$')
 

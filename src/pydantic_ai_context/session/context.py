@@ -19,26 +19,26 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
 
-from ._session_log import SessionLog, session_log
-from .archive import ContextArchive
-from .budget import ContextBudget
-from .commands import HistoryStats, history_stats
-from .errors import HistoryIntegrityError
-from .events import CompactionEvent
-from .openai_format import from_openai, to_openai
-from .policies.summarize import SummarizeWindow
-from .profiles import ContextProfile
-from .profiles import profile as make_profile
-from .session_readback import StoreReadbackStore
-from .session_summaries import StoreSummaryCache, SummaryIndex, summary_index_key
-from .store import ArtifactStore, MemoryStore, SessionStore
-from .store._codec import check_id
-from .views import CompileContext, compile_view, conversation_view
+from ..archive import ContextArchive
+from ..budget import ContextBudget
+from ..commands import HistoryStats, history_stats
+from ..errors import HistoryIntegrityError
+from ..events import CompactionEvent
+from ..openai_format import from_openai, to_openai
+from ..policies.summarize import SummarizeWindow
+from ..profiles import ContextProfile
+from ..profiles import profile as make_profile
+from ..store import ArtifactStore, MemoryStore, SessionStore
+from ..store._codec import check_id
+from ..views import CompileContext, compile_view, conversation_view
+from ._log import SessionLog, session_log
+from .readback import StoreReadbackStore
+from .summaries import StoreSummaryCache, SummaryIndex
 
 if TYPE_CHECKING:
     from pydantic_ai.conversation_store import ConversationStore
 
-__all__ = ('ContextSession', 'MessageInput', 'StoreSummaryCache', 'SummaryIndex', 'summary_index_key')
+__all__ = ('ContextSession', 'MessageInput')
 
 MessageInput = ModelMessage | Mapping[str, Any]
 """What `add_message` accepts: a pydantic-ai message or an OpenAI chat-format dict."""
@@ -130,7 +130,7 @@ class ContextSession:
         self._summary_caches: list[StoreSummaryCache] = []
         self._index = SummaryIndex(self.store, self.session_id)
         base = profile if profile is not None else make_profile()
-        # The originals the markers name, kept in the session's own database (see `session_readback`).
+        # The originals the markers name, kept in the session's own database (see `session.readback`).
         self._readback: StoreReadbackStore | None = None
         if base.readback and base.readback_store is None and isinstance(self.store, ArtifactStore):
             self._readback = StoreReadbackStore(self.store, self.session_id)

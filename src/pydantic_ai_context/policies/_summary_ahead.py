@@ -49,7 +49,17 @@ from pydantic_ai_context.views import CompileContext
 if TYPE_CHECKING:
     from pydantic_ai_context.policies.summarize import SummarizeWindow
 
-__all__ = ('KEEP', 'BackgroundSummaries', 'adopt', 'instead_of_waiting', 'settle', 'start_if_due')
+__all__ = (
+    'INTERIM_TEMPLATE',
+    'KEEP',
+    'BackgroundSummaries',
+    'Interim',
+    'adopt',
+    'instead_of_waiting',
+    'interim_held',
+    'settle',
+    'start_if_due',
+)
 
 logger = logging.getLogger('pydantic_ai_context.summary_ahead')
 
@@ -58,6 +68,28 @@ AHEAD: Final = 'summarised ahead'
 
 KEEP: Final = (-1, '')
 """`instead_of_waiting`'s answer for "send the view as it is" (no summary to add)."""
+
+INTERIM_TEMPLATE: Final = (
+    '[pydantic-ai-context: {n} earlier {messages} being summarised and left out until the summary is '
+    'ready; read them back with read_context]'
+)
+"""The marker standing for the span of the summary in flight, in the interim view (see `Interim`)."""
+
+
+@dataclass(frozen=True)
+class Interim:
+    """`instead_of_waiting`'s answer when a summary is on its way and the view is over the trigger:
+    send the view with the span that summary covers (up to `end`) replaced by a marker now, and
+    swap the marker for the summary when it lands.
+
+    The span's end is the summary's own, so the interim views share their prefix (the provider's
+    prompt cache holds) and the summary, when it lands, replaces exactly the marker: one extra
+    cache break, against sending the unshrunk view, cached but over the trigger, until it lands.
+    `text` is the chain's earlier summary (if any) with the marker line; read-back reaches the span.
+    """
+
+    end: int
+    text: str
 
 _MIN_TAIL_SHARE: Final = 0.1
 _REGISTRIES: weakref.WeakSet[BackgroundSummaries] = weakref.WeakSet()
@@ -79,6 +111,8 @@ class _Pending:
     """Digest of the canonical log's messages from `start_log` to `end_log` (the span's identity)."""
     context: CompileContext | None = None
     """The task's own compile context (the prompt's size is noted there before the call)."""
+    interim: bool = False
+    """An interim view stood in for this summary: views keep the marker until it lands."""
 
 
 @dataclass
@@ -523,9 +557,11 @@ async def instead_of_waiting(
     zones: Zones,
     model: Any,
     context: CompileContext,
-) -> tuple[int, str] | None:
+) -> tuple[int, str] | Interim | None:
     """At the trigger, when no cached summary shrinks the view under it: what to send without waiting.
 
+    `Interim`: the span of the summary on its way replaced by a marker until it lands (the view
+    is over the trigger, so the synchronous path would have shrunk it; see `Interim`);
     `(end, text)`: reuse the furthest cached summary (a smaller shrink); `KEEP`: send the view as
     it is; `None`: take the synchronous path. A summary is always on its way when this returns.
     A view over the limit does not wait either (the next steps, `fit_to_budget`, drop its oldest
@@ -560,11 +596,63 @@ async def instead_of_waiting(
         if chain.projected > budget.limit:
             return None
     start_if_due(policy, messages, zones, model, context)
+    interim = _interim(policy, messages, zones, chain, conversation, context)
+    if interim is not None:
+        return interim
     if over and not policy.ahead_waits:
         context.note('a summary is on its way; until it lands, the view is over the limit', summary_pending=1)
     if chain.start > zones.start and chain.previous is not None:
         return chain.start, chain.previous
     return KEEP
+
+
+def _interim(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    chain: _Chain,
+    conversation: str,
+    context: CompileContext,
+) -> Interim | None:
+    """The interim view's block while the summary in flight lands (`None`: none is in flight from
+    where the cached chain stops, or the marker would not shrink the view)."""
+    registry = context.background
+    pending = registry._pending.get(conversation) if registry is not None else None
+    if pending is None or pending.task is None or pending.task.done() or pending.policy != policy.name:
+        return None
+    start, end = zones.input_index(pending.start_log), zones.input_index(pending.end_log)
+    if start != chain.start or not start < end < len(messages):
+        return None
+    removed = end - start
+    line = INTERIM_TEMPLATE.format(n=removed, messages='message is' if removed == 1 else 'messages are')
+    previous = chain.previous  # the chain's summary, or the one already in the view
+    pending.interim = True
+    context.note(
+        f'a summary of {removed} messages is on its way; until it lands, a marker stands for them',
+        summary_interim=1,
+    )
+    return Interim(end, f'{previous}\n\n{line}' if previous else line)
+
+
+def interim_held(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    model: Any,
+    context: CompileContext,
+) -> Interim | None:
+    """Once an interim view was sent, the views keep its marker until the summary lands, even where
+    the cached chain alone would now keep the view under the trigger (a view that moves around the
+    trigger would otherwise flip between the two, and each flip breaks the prompt cache)."""
+    registry = context.background
+    if registry is None or not registry._pending:
+        return None
+    conversation = _conversation(policy, zones)
+    pending = registry._pending.get(conversation)
+    if pending is None or not pending.interim:
+        return None
+    chain = _chain(policy, messages, zones, model, context)
+    return _interim(policy, messages, zones, chain, conversation, context)
 
 
 def _still_prefix(

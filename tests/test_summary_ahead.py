@@ -469,3 +469,104 @@ def test_a_cancelled_summary_counts_its_prompt_in_the_unit_the_summariser_report
     assert registry._cancelled_input(pending) == 3_000
     registry._prompted, registry._reported = 4_000, 2_000
     assert registry._cancelled_input(pending) == 1_500
+
+
+# --- an interim view while the summary is on its way --------------------------------------------
+
+
+def _block(view: list[ModelMessage]) -> dict[str, Any]:
+    return next(m for m in (marker(x) or {} for x in view) if m.get('kind') == 'summary')
+
+
+def _block_text(view: list[ModelMessage]) -> str:
+    from pydantic_ai_context._parts import part_text
+
+    for message in view:
+        if (marker(message) or {}).get('kind') == 'summary':
+            return '\n'.join(part_text(p) for p in message.parts)
+    raise AssertionError('no summary block')
+
+
+async def test_an_interim_view_stands_in_while_the_summary_is_on_its_way() -> None:
+    """Crossing the trigger with no summary ready: the view sent is shrunk at once (a marker with the
+    span's facts stands for what the summary will cover), not the whole view until it lands.
+    Without the interim view, the views sent until the summary lands are over the trigger."""
+    from pydantic_ai_context.readback import read_context
+
+    p = profile(
+        'long_horizon',
+        context_window=WINDOW,
+        counter=HeuristicCounter(),
+        summary_model=slow_summariser(30.0),  # lands long after the requests below
+    )
+    step = summarising(p)
+    log = growing_log(80)
+    counter = HeuristicCounter()
+    trigger = int(p.budget_for(None).limit * (step.threshold or 1))
+    end = await until_pending(p, log)
+    views = [await p.compile(log[: end + extra]) for extra in (0, 2, 4)]
+    assert p._background.pending() == 1  # the summary has not landed
+    for view in views:
+        assert counter.count_messages(view) <= trigger, counter.count_messages(view)
+        assert has_summary(view)
+        block = _block(view)
+        assert block['status'] == 'fallback'
+        assert 'being summarised and left out until the summary is ready' in _block_text(view)
+        assert 'src/store/part_0.py' in _block_text(view)  # the span's facts, newest first
+    # The interim views share their prefix up to the marker (the provider's prompt cache holds).
+    assert _block_text(views[0]) == _block_text(views[1]) == _block_text(views[2])
+    # Read-back reaches what the marker left out.
+    page = read_context(_block(views[-1])['ref'], log[: end + 4], p.archive)
+    assert 'src/store/part_1.py' in page
+    assert any('summary_interim' in e.details for e in p.events)
+    await p.close_background()
+
+
+async def test_the_summary_replaces_the_interim_marker_when_it_lands() -> None:
+    p = profile(
+        'long_horizon',
+        context_window=WINDOW,
+        counter=HeuristicCounter(),
+        summary_model=slow_summariser(0.05),
+    )
+    log = growing_log(80)
+    end = await until_pending(p, log)
+    interim = await p.compile(log[: end + 2])
+    assert _block(interim)['status'] == 'fallback'
+    await p.settle_background()
+    landed = await p.compile(log[: end + 4])
+    assert _block(landed)['status'] == 'summary'
+    assert 'being summarised' not in _block_text(landed)
+    assert p._background.stats()['used'] >= 1
+
+
+async def test_summarising_ahead_costs_about_what_the_synchronous_path_costs_on_recorded_runs() -> None:
+    """Replay at 16k, summariser 1.5 s, 0.2 s between requests. requests_1142: one large step crosses
+    the trigger and the summary lands ~8 requests later (+7.6% without the interim view). astropy:
+    the view moves around the trigger while the summary is on its way (+23% without the interim view,
+    +26% with one that is not held until the summary lands)."""
+    from pathlib import Path
+
+    from pydantic_ai_context import TiktokenCounter
+    from pydantic_ai_context.replay import load_histories
+
+    bench = bench_module()
+    data = Path(__file__).parent / 'data' / 'trajectories'
+    for name in ('mini_gemini3pro_requests_1142', 'oh_sdk_sonnet4_astropy_fitsdiff'):
+        log = load_histories(data / f'{name}.json')[0]
+        found = {}
+        for ahead in (False, True):
+            found[ahead] = await bench.replay_with_latency(
+                log,
+                'long_horizon',
+                window=16_000,
+                counter=TiktokenCounter(),
+                latency=1.5,
+                gap=0.2,
+                ahead=ahead,
+            )
+        sync, early = found[False], found[True]
+        assert max(early.waits) <= 0.3
+        assert early.result.requests_over_window == 0
+        assert early.cost <= sync.cost * 1.03, (name, early.cost / sync.cost)
+        assert early.result.needed_fact_retention >= sync.result.needed_fact_retention - 0.02

@@ -40,8 +40,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, TextPart, UserPromptPart
 
+from pydantic_ai_context import _parts
+from pydantic_ai_context._facts import part_facts, remembered_facts
 from pydantic_ai_context.events import CompactionEvent
 from pydantic_ai_context.policies._summary_block import ACK_TEXT, SUMMARY_PREFIX, Zones, digest_text
 from pydantic_ai_context.views import CompileContext
@@ -91,7 +93,10 @@ class Interim:
     end: int
     text: str
 
+
 _MIN_TAIL_SHARE: Final = 0.1
+_INTERIM_FACT_SHARE: Final = 0.05
+"""Share of the limit the interim marker's fact list may take (a summary is about that size)."""
 _REGISTRIES: weakref.WeakSet[BackgroundSummaries] = weakref.WeakSet()
 
 
@@ -625,6 +630,9 @@ def _interim(
         return None
     removed = end - start
     line = INTERIM_TEMPLATE.format(n=removed, messages='message is' if removed == 1 else 'messages are')
+    facts = _fact_list(context, pending.start_log, pending.end_log, _interim_fact_tokens(context))
+    if facts:
+        line += f'\nFacts they established (newest first):\n{facts}'
     previous = chain.previous  # the chain's summary, or the one already in the view
     pending.interim = True
     context.note(
@@ -632,6 +640,43 @@ def _interim(
         summary_interim=1,
     )
     return Interim(end, f'{previous}\n\n{line}' if previous else line)
+
+
+def _interim_fact_tokens(context: CompileContext) -> int:
+    budget = context.budget
+    return int(budget.limit * _INTERIM_FACT_SHARE) if budget is not None else 0
+
+
+def _fact_list(context: CompileContext, start_log: int, end_log: int, tokens: int) -> str:
+    """The execution facts (error lines, then file paths) of the log's messages from `start_log` to
+    `end_log`, newest first, one a line, within `tokens`: what the summary would keep, verbatim.
+
+    Read from the log (the originals), so the list does not change while the views around it do."""
+    log = context.log
+    if tokens <= 0 or not 0 <= start_log < end_log <= len(log):
+        return ''
+    errors: dict[str, None] = {}
+    paths: dict[str, None] = {}
+    for message in reversed(log[start_log:end_log]):
+        for part in reversed(message.parts):
+            if _parts.is_tool_result(part):
+                found = part_facts(part)
+            elif isinstance(part, (UserPromptPart, TextPart)):
+                found = remembered_facts(_parts.part_text(part))
+            else:
+                continue
+            errors.update(dict.fromkeys(found.error_lines))
+            paths.update(dict.fromkeys(found.paths))
+    lines: list[str] = []
+    used = 0
+    counter = context.counter
+    for fact in (*errors, *(p for p in paths if not any(p in e for e in errors))):
+        cost = counter.count_text(fact) + 1
+        if used + cost > tokens:
+            break
+        lines.append(fact)
+        used += cost
+    return '\n'.join(lines)
 
 
 def interim_held(

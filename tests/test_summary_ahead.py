@@ -522,6 +522,28 @@ async def test_an_interim_view_stands_in_while_the_summary_is_on_its_way() -> No
     await p.close_background()
 
 
+async def test_the_interim_view_is_a_function_of_the_log_the_budget_and_the_cache() -> None:
+    """A profile with nothing in flight, on the same cache, compiles the same interim view (the
+    marker is filed in the summary cache): compiling stays a pure function of its inputs."""
+    cache = InMemorySummaryCache()
+    settings: dict[str, Any] = {
+        'context_window': WINDOW,
+        'counter': HeuristicCounter(),
+        'summary_model': slow_summariser(30.0),
+        'summary_cache': cache,
+    }
+    p = profile('long_horizon', **settings)
+    log = growing_log(80)
+    end = await until_pending(p, log)
+    for extra in (0, 2, 4):
+        view = await p.compile(log[: end + extra])
+        assert _block(view)['status'] == 'fallback'
+        fresh = profile('long_horizon', **settings)
+        assert await fresh.compile(log[: end + extra]) == view
+        await fresh.close_background()
+    await p.close_background()
+
+
 async def test_the_summary_replaces_the_interim_marker_when_it_lands() -> None:
     p = profile(
         'long_horizon',

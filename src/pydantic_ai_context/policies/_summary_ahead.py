@@ -118,8 +118,8 @@ class _Pending:
     """Digest of the canonical log's messages from `start_log` to `end_log` (the span's identity)."""
     context: CompileContext | None = None
     """The task's own compile context (the prompt's size is noted there before the call)."""
-    interim: bool = False
-    """An interim view stood in for this summary: views keep the marker until it lands."""
+    interim: str = ''
+    """The marker an interim view shows for this span until the summary lands (filed in the cache)."""
 
 
 @dataclass
@@ -603,7 +603,7 @@ async def instead_of_waiting(
         if chain.projected > budget.limit:
             return None
     start_if_due(policy, messages, zones, model, context)
-    interim = _interim(policy, messages, zones, chain, conversation, context)
+    interim = _interim(policy, messages, zones, chain, conversation, model, context)
     if interim is not None:
         return interim
     if over and not policy.ahead_waits:
@@ -613,16 +613,26 @@ async def instead_of_waiting(
     return KEEP
 
 
+def _reservation(key: str) -> str:
+    """The cache key under which an interim marker stands for the summary of the span keyed `key`."""
+    return hashlib.sha256(f'interim:{key}'.encode()).hexdigest()
+
+
 def _interim(
     policy: SummarizeWindow,
     messages: Sequence[ModelMessage],
     zones: Zones,
     chain: _Chain,
     conversation: str,
+    model: Any,
     context: CompileContext,
 ) -> Interim | None:
-    """The interim view's block while the summary in flight lands (`None`: none is in flight from
-    where the cached chain stops, or the marker would not shrink the view)."""
+    """The interim view's block: the one the cache holds from where the chain stops, else one for
+    the summary in flight from there (filed in the cache, so that the views until it lands are a
+    function of the log, the budget and the cache); `None`: neither."""
+    found = _reserved(policy, messages, zones, chain.start, chain.previous, model, context)
+    if found is not None:
+        return found
     registry = context.background
     pending = registry._pending.get(conversation) if registry is not None else None
     if pending is None or pending.task is None or pending.task.done() or pending.policy != policy.name:
@@ -635,13 +645,56 @@ def _interim(
     facts = _fact_list(context, pending.start_log, pending.end_log, _interim_fact_tokens(context))
     if facts:
         line += f'\nFacts they established (newest first):\n{facts}'
-    previous = chain.previous  # the chain's summary, or the one already in the view
-    pending.interim = True
-    context.note(
-        f'a summary of {removed} messages is on its way; until it lands, a marker stands for them',
-        summary_interim=1,
-    )
-    return Interim(end, f'{previous}\n\n{line}' if previous else line)
+    pending.interim = line
+    size = policy._summary_tokens(context, zones)
+    policy.cache.put(_reservation(policy._key(messages, start, end, pending.base_digest, model, size)), line)
+    return _reserved(policy, messages, zones, chain.start, chain.previous, model, context)
+
+
+def _reserved(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    start: int,
+    previous: str | None,
+    model: Any,
+    context: CompileContext,
+) -> Interim | None:
+    """The interim marker the cache holds for a span from `start` (where the cached chain stops,
+    `previous` its summary), furthest first."""
+    registry = context.background
+    size = policy._summary_tokens(context, zones)
+    base = digest_text(previous) if previous and start > zones.start else zones.previous_digest
+    if registry is not None:  # a frontier moved over the span: file the marker under its key now
+        for pending in registry._pending.values():
+            span_start, span_end = zones.input_index(pending.start_log), zones.input_index(pending.end_log)
+            if (
+                pending.interim
+                and pending.policy == policy.name
+                and span_start == start
+                and start < span_end < len(messages)
+                and pending.base_digest == base
+                and _log_digest(policy, context, pending.start_log, pending.end_log) == pending.log_digest
+            ):
+                key = _reservation(policy._key(messages, start, span_end, base, model, size))
+                if policy.cache.get(key) is None:
+                    policy.cache.put(key, pending.interim)
+    ends = [
+        e for e in policy._candidates(messages, zones, context, enter_run=True) if start < e < len(messages)
+    ]
+    if not ends:
+        return None
+    keys = policy._keys(messages, start, ends, base, model, size)
+    for end in sorted(ends, reverse=True):
+        line = policy.cache.get(_reservation(keys[end]))
+        if line:
+            removed = end - start
+            context.note(
+                f'a summary of {removed} messages is on its way; until it lands, a marker stands for them',
+                summary_interim=1,
+            )
+            return Interim(end, f'{previous}\n\n{line}' if previous else line)
+    return None
 
 
 def _interim_fact_tokens(context: CompileContext) -> int:
@@ -685,21 +738,14 @@ def interim_held(
     policy: SummarizeWindow,
     messages: Sequence[ModelMessage],
     zones: Zones,
+    reuse: tuple[int, str],
     model: Any,
     context: CompileContext,
 ) -> Interim | None:
-    """Once an interim view was sent, the views keep its marker until the summary lands, even where
-    the cached chain alone would now keep the view under the trigger (a view that moves around the
-    trigger would otherwise flip between the two, and each flip breaks the prompt cache)."""
-    registry = context.background
-    if registry is None or not registry._pending:
-        return None
-    conversation = _conversation(policy, zones)
-    pending = registry._pending.get(conversation)
-    if pending is None or not pending.interim:
-        return None
-    chain = _chain(policy, messages, zones, model, context)
-    return _interim(policy, messages, zones, chain, conversation, context)
+    """An interim marker stays until its summary lands, even where the cached chain (`reuse`) now
+    keeps the view under the trigger (a view that moves around the trigger would otherwise flip
+    between the two, and each flip breaks the prompt cache)."""
+    return _reserved(policy, messages, zones, reuse[0], reuse[1], model, context)
 
 
 def _still_prefix(

@@ -434,7 +434,7 @@ class SummarizeWindow(AsyncPolicy):
             end, reuse = planned
             if self.ahead and reuse is not None:  # --- summary ahead: the next one, in time ---
                 _summary_ahead.start_if_due(self, messages, zones, model, context)
-                held = _summary_ahead.interim_held(self, messages, zones, model, context)
+                held = _summary_ahead.interim_held(self, messages, zones, reuse, model, context)
                 if held is not None:
                     end, interim = held.end, held.text
             elif self.ahead:  # --- summary ahead: no wait while the view fits ---

@@ -14,16 +14,18 @@ request waits for it. With it (`SummarizeWindow(ahead=True)`, on in every summar
   it was written, it is filed under the span's key as the span renders now;
 - when the trigger is crossed and no cached summary shrinks the view under it, the compile does
   not wait: it makes sure a summary is on its way and sends an interim view (`Interim`): the span
-  that summary covers replaced by a marker with the span's facts, held until the summary lands.
-  With no summary in flight from where the cached chain stops, it uses the furthest cached
-  summary (a smaller shrink, or none); a view over the limit is left to `fit_to_budget` (with
-  `ahead_waits`, it waits for the summary in flight, then takes the synchronous path).
+  that summary covers replaced by a marker with the span's facts. The marker is filed in the
+  summary cache (`_reservation` of the span's key), and every view finds it there until the
+  summary lands. With no summary in flight from where the cached chain stops, it uses the
+  furthest cached summary (a smaller shrink, or none); a view over the limit is left to
+  `fit_to_budget` (with `ahead_waits`, it waits for the summary in flight, then takes the
+  synchronous path).
 
-Once the summary has landed, the view is a function of the log, the budget and the cached
-summaries; the background task only fills the cache. At most one summary is in flight per conversation (the task framing's
-digest names it). Tasks belong to their profile's `BackgroundSummaries`: they are cancelled when
-their run ends (the capability's `wrap_run`), when the session closes, when the profile is
-garbage-collected, and at interpreter exit. A summary made and never used is reported as a
+The view stays a function of the log, the budget and the summary cache (summaries and interim
+markers); the background task only fills the cache. At most one summary is in flight per
+conversation (the task framing's digest names it). Tasks belong to their profile's
+`BackgroundSummaries`: they are cancelled when their run ends (the capability's `wrap_run`), when
+the session closes, when the profile is garbage-collected, and at interpreter exit. A summary made and never used is reported as a
 `CompactionEvent` whose reason starts with `summary_discarded` (with its tokens); a failure is
 logged and counted, never raised into the run.
 """

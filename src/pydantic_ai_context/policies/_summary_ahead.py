@@ -25,9 +25,9 @@ The view stays a function of the log, the budget and the summary cache (summarie
 markers); the background task only fills the cache. At most one summary is in flight per
 conversation (the task framing's digest names it). Tasks belong to their profile's
 `BackgroundSummaries`: they are cancelled when their run ends (the capability's `wrap_run`), when
-the session closes, when the profile is garbage-collected, and at interpreter exit. A summary made and never used is reported as a
-`CompactionEvent` whose reason starts with `summary_discarded` (with its tokens); a failure is
-logged and counted, never raised into the run.
+the session closes, when the profile is garbage-collected, and at interpreter exit. A summary
+made and never used is reported as a `CompactionEvent` whose reason starts with
+`summary_discarded` (with its tokens); a failure is logged and counted, never raised into the run.
 """
 
 from __future__ import annotations

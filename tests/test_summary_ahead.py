@@ -592,3 +592,43 @@ async def test_summarising_ahead_costs_about_what_the_synchronous_path_costs_on_
         assert early.result.requests_over_window == 0
         assert early.cost <= sync.cost * 1.03, (name, early.cost / sync.cost)
         assert early.result.needed_fact_retention >= sync.result.needed_fact_retention - 0.02
+
+
+async def test_no_interim_marker_where_the_view_replaces_the_run_history() -> None:
+    """Where nothing is summarised ahead (no background: the view replaces the run's history, so a
+    marker sent would stay in it), a marker in the cache is not used."""
+    import dataclasses
+
+    from pydantic_ai_context import ContextBudget
+    from pydantic_ai_context.policies import _summary_ahead
+    from pydantic_ai_context.policies._summary_ahead import BackgroundSummaries
+    from pydantic_ai_context.policies._summary_block import find_zones
+    from pydantic_ai_context.views import CompileContext
+
+    policy = SummarizeWindow(ahead=True, threshold=0.95, keep_current_run=False)
+    model = slow_summariser(30.0)
+    log = growing_log(80)
+    registry = BackgroundSummaries()
+    found = None
+    for end in range(3, len(log) + 1, 2):
+        context = CompileContext(
+            counter=HeuristicCounter(),
+            budget=ContextBudget(context_window=WINDOW),
+            model=model,
+            log=log[:end],
+            background=registry,
+        )
+        await policy.apply(log[:end], context)
+        if context._details.get('summary_interim'):
+            found = (log[:end], context)
+            break
+    assert found is not None, 'no interim view'
+    messages, context = found
+    zones = find_zones(messages)
+    assert zones is not None
+    assert _summary_ahead._reserved(policy, messages, zones, zones.start, zones.previous, model, context)
+    without = dataclasses.replace(context, background=None)
+    assert (
+        _summary_ahead._reserved(policy, messages, zones, zones.start, zones.previous, model, without) is None
+    )
+    await registry.close()

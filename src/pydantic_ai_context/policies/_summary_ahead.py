@@ -663,11 +663,14 @@ def _reserved(
     context: CompileContext,
 ) -> Interim | None:
     """The interim marker the cache holds for a span from `start` (where the cached chain stops,
-    `previous` its summary), furthest first."""
+    `previous` its summary), furthest first. None where nothing is summarised ahead (the view
+    replaces the run's history: a marker sent there would stay in it)."""
     registry = context.background
+    if registry is None:
+        return None
     size = policy._summary_tokens(context, zones)
     base = digest_text(previous) if previous and start > zones.start else zones.previous_digest
-    if registry is not None:  # a frontier moved over the span: file the marker under its key now
+    if registry._pending:  # a frontier moved over the span: file the marker under its key now
         for pending in registry._pending.values():
             span_start, span_end = zones.input_index(pending.start_log), zones.input_index(pending.end_log)
             if (

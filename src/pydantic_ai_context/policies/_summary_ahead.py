@@ -15,11 +15,11 @@ request waits for it. With it (`SummarizeWindow(ahead=True)`, on in every summar
 - when the trigger is crossed and no cached summary shrinks the view under it, the compile does
   not wait: it makes sure a summary is on its way and sends an interim view (`Interim`): the span
   that summary covers replaced by a marker with the span's facts. The marker is filed in the
-  summary cache (`_reservation` of the span's key), and every view finds it there until the
-  summary lands. With no summary in flight from where the cached chain stops, it uses the
-  furthest cached summary (a smaller shrink, or none); a view over the limit is left to
-  `fit_to_budget` (with `ahead_waits`, it waits for the summary in flight, then takes the
-  synchronous path).
+  summary cache (`_slot`: one entry per point where the cached chain stops), and every view
+  finds it there until the summary lands. With no summary in flight from where the cached chain
+  stops, it uses the furthest cached summary (a smaller shrink, or none); a view over the limit
+  is left to `fit_to_budget` (with `ahead_waits`, it waits for the summary in flight, then takes
+  the synchronous path).
 
 The view stays a function of the log, the budget and the summary cache (summaries and interim
 markers); the background task only fills the cache. At most one summary is in flight per
@@ -615,9 +615,19 @@ async def instead_of_waiting(
     return KEEP
 
 
-def _reservation(key: str) -> str:
-    """The cache key under which an interim marker stands for the summary of the span keyed `key`."""
-    return hashlib.sha256(f'interim:{key}'.encode()).hexdigest()
+def _slot(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    start: int,
+    base: str | None,
+    model: Any,
+    size: int | None,
+) -> str:
+    """The cache key of the interim marker for a span from `start` (one per chain point: found with
+    one lookup, whatever the span's end)."""
+    before, after = policy._key_template(base, model, size)
+    first = policy._message_digest(messages[start])
+    return hashlib.sha256(f'interim:{before}"{first}"{after}'.encode()).hexdigest()
 
 
 def _interim(
@@ -649,7 +659,10 @@ def _interim(
         line += f'\nFacts they established (newest first):\n{facts}'
     pending.interim = line
     size = policy._summary_tokens(context, zones)
-    policy.cache.put(_reservation(policy._key(messages, start, end, pending.base_digest, model, size)), line)
+    key = policy._key(messages, start, end, pending.base_digest, model, size)
+    policy.cache.put(
+        _slot(policy, messages, start, pending.base_digest, model, size), f'{pending.end_log}\n{key}\n{line}'
+    )
     return _reserved(policy, messages, zones, chain.start, chain.previous, model, context)
 
 
@@ -668,38 +681,41 @@ def _reserved(
     registry = context.background
     if registry is None:
         return None
+    if not start < len(messages):
+        return None
     size = policy._summary_tokens(context, zones)
     base = digest_text(previous) if previous and start > zones.start else zones.previous_digest
+    slot = _slot(policy, messages, start, base, model, size)
     if registry._pending:  # a frontier moved over the span: file the marker under its key now
         for pending in registry._pending.values():
-            span_start, span_end = zones.input_index(pending.start_log), zones.input_index(pending.end_log)
+            end = zones.input_index(pending.end_log)
             if (
                 pending.interim
                 and pending.policy == policy.name
-                and span_start == start
-                and start < span_end < len(messages)
+                and zones.input_index(pending.start_log) == start
+                and start < end < len(messages)
                 and pending.base_digest == base
                 and _log_digest(policy, context, pending.start_log, pending.end_log) == pending.log_digest
             ):
-                key = _reservation(policy._key(messages, start, span_end, base, model, size))
-                if policy.cache.get(key) is None:
-                    policy.cache.put(key, pending.interim)
-    ends = [
-        e for e in policy._candidates(messages, zones, context, enter_run=True) if start < e < len(messages)
-    ]
-    if not ends:
+                filed = f'{pending.end_log}\n{policy._key(messages, start, end, base, model, size)}\n{pending.interim}'
+                if policy.cache.get(slot) != filed:
+                    policy.cache.put(slot, filed)
+    found = policy.cache.get(slot)
+    if not found:
         return None
-    keys = policy._keys(messages, start, ends, base, model, size)
-    for end in sorted(ends, reverse=True):
-        line = policy.cache.get(_reservation(keys[end]))
-        if line:
-            removed = end - start
-            context.note(
-                f'a summary of {removed} messages is on its way; until it lands, a marker stands for them',
-                summary_interim=1,
-            )
-            return Interim(end, f'{previous}\n\n{line}' if previous else line)
-    return None
+    fields = found.split('\n', 2)
+    if len(fields) != 3 or not fields[0].isdigit():
+        return None
+    end_log, key, line = fields
+    end = zones.input_index(int(end_log))
+    if not start < end < len(messages) or policy._key(messages, start, end, base, model, size) != key:
+        return None  # filed for another span (another log, or the span renders differently now)
+    removed = end - start
+    context.note(
+        f'a summary of {removed} messages is on its way; until it lands, a marker stands for them',
+        summary_interim=1,
+    )
+    return Interim(end, f'{previous}\n\n{line}' if previous else line)
 
 
 def _interim_fact_tokens(context: CompileContext) -> int:

@@ -724,15 +724,16 @@ def _interim_fact_tokens(context: CompileContext) -> int:
 
 
 def _fact_list(context: CompileContext, start_log: int, end_log: int, tokens: int) -> str:
-    """The execution facts (error lines, then file paths) of the log's messages from `start_log` to
-    `end_log`, newest first, one a line, within `tokens`: what the summary would keep, verbatim.
-
-    Read from the log (the originals), so the list does not change while the views around it do."""
+    """The execution facts (each result's error lines, then its file paths) of the log's messages
+    from `start_log` to `end_log`, newest first, one a line, within `tokens`: what the summary
+    would keep, verbatim. Read from the log (the originals), so the list does not change while the
+    views around it do; the scan stops when the list is full (a long span is not read whole)."""
     log = context.log
     if tokens <= 0 or not 0 <= start_log < end_log <= len(log):
         return ''
-    errors: dict[str, None] = {}
-    paths: dict[str, None] = {}
+    counter = context.counter
+    listed: dict[str, None] = {}
+    used = 0
     for message in reversed(log[start_log:end_log]):
         for part in reversed(message.parts):
             if _parts.is_tool_result(part):
@@ -741,18 +742,16 @@ def _fact_list(context: CompileContext, start_log: int, end_log: int, tokens: in
                 found = remembered_facts(_parts.part_text(part))
             else:
                 continue
-            errors.update(dict.fromkeys(found.error_lines))
-            paths.update(dict.fromkeys(found.paths))
-    lines: list[str] = []
-    used = 0
-    counter = context.counter
-    for fact in (*errors, *(p for p in paths if not any(p in e for e in errors))):
-        cost = counter.count_text(fact) + 1
-        if used + cost > tokens:
-            break
-        lines.append(fact)
-        used += cost
-    return '\n'.join(lines)
+            errors = found.error_lines
+            for fact in (*errors, *(p for p in found.paths if not any(p in e for e in errors))):
+                if fact in listed:
+                    continue
+                cost = counter.count_text(fact) + 1
+                if used + cost > tokens:
+                    return '\n'.join(listed)
+                listed[fact] = None
+                used += cost
+    return '\n'.join(listed)
 
 
 def interim_held(

@@ -689,17 +689,21 @@ def _reserved(
     if registry._pending:  # a frontier moved over the span: file the marker under its key now
         for pending in registry._pending.values():
             end = zones.input_index(pending.end_log)
-            if (
+            if not (
                 pending.interim
                 and pending.policy == policy.name
                 and zones.input_index(pending.start_log) == start
                 and start < end < len(messages)
                 and pending.base_digest == base
-                and _log_digest(policy, context, pending.start_log, pending.end_log) == pending.log_digest
             ):
-                filed = f'{pending.end_log}\n{policy._key(messages, start, end, base, model, size)}\n{pending.interim}'
-                if policy.cache.get(slot) != filed:
-                    policy.cache.put(slot, filed)
+                continue
+            key = policy._key(messages, start, end, base, model, size)
+            filed = f'{pending.end_log}\n{key}\n{pending.interim}'
+            # The log's digest (a pass over the span) only when the entry would change.
+            if policy.cache.get(slot) != filed and (
+                _log_digest(policy, context, pending.start_log, pending.end_log) == pending.log_digest
+            ):
+                policy.cache.put(slot, filed)
     found = policy.cache.get(slot)
     if not found:
         return None

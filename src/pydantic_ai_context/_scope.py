@@ -336,6 +336,7 @@ F = TypeVar('F', bound=Fold)
 R = TypeVar('R')
 
 _FOLDS_PER_NAME: Final = 8
+_FOLD_MIN_MESSAGES: Final = 4
 
 
 def resumed_fold(name: Hashable, messages: Sequence[Any], new: Callable[[], F], read: Callable[[F], R]) -> R:
@@ -358,6 +359,13 @@ def resumed_fold(name: Hashable, messages: Sequence[Any], new: Callable[[], F], 
 
 
 def _resume(folds: dict[Any, Any], messages: Sequence[Any], new: Callable[[], F]) -> F:
+    if len(messages) < _FOLD_MIN_MESSAGES:
+        # Cheap to read whole, and kept out of the folds: resuming a short list from a long fold
+        # would cut that fold back to nothing for the next long list (a count of a one-message
+        # list wiped the fold of the 5,000-message input, re-read every compile).
+        fold = new()
+        fold.extend(messages)
+        return fold
     best: F | None = None
     best_key: int | None = None
     best_same = -1
@@ -374,9 +382,14 @@ def _resume(folds: dict[Any, Any], messages: Sequence[Any], new: Callable[[], F]
             same = first_difference(read, messages)
         if same > best_same:
             best, best_key, best_same = candidate, key, same
-    if best is None or best_key is None or best_same < len(messages) // 2:
-        # A list unlike the others (another step of the chain): a fold of its own, in place of
-        # the one used least recently.
+    if (
+        best is None
+        or best_key is None
+        or best_same < len(messages) // 2
+        or best_same < len(best.messages) // 2
+    ):
+        # A list unlike the others (another step of the chain), or one that would undo most of
+        # the best fold: a fold of its own, in place of the one used least recently.
         if len(folds) >= _FOLDS_PER_NAME:
             del folds[next(iter(folds))]
         best = new()

@@ -144,6 +144,22 @@ def test_summary_replaces_the_middle_and_keeps_head_and_tail() -> None:
     assert log[end:] == view[-(len(log) - end) :]
 
 
+def test_the_same_summary_block_is_the_same_objects_at_the_next_compile() -> None:
+    """Regression (issue 22): the block merged into the head's request was rebuilt at every compile
+    (its remembered key held the record later given `merged` and `part`, so no key ever matched it),
+    and every fold after the summarising step re-read the whole view: ~1,000 messages a compile
+    at 5,000 messages."""
+    s = Summariser()
+    p = policy(s)
+    log = coding_log().messages
+    first = run(p, log)
+    second = run(p, log)
+    assert s.calls == 1  # the summary is the cached one
+    assert (marker(first[0]) or {}).get('merged') is True
+    assert second == first
+    assert all(a is b for a, b in zip(first, second, strict=True))
+
+
 def test_summary_after_a_finished_first_run_is_its_own_request_with_an_acknowledgement() -> None:
     s = Summariser()
     log = History().user('first task').step(Tool('ls', {}, 'a.py')).answer('done with the first task')

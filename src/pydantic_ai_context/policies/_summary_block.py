@@ -328,7 +328,9 @@ def assemble_block(
     last = head[-1] if head else None
     tail = list(messages[end:])
     ending = isinstance(tail[0], ModelRequest)
-    key = (request_parts, response_parts, result_parts, record, ids, stamp, ending)
+    # A copy of the record: the one below gains `merged` and `part`, and the next compile's would
+    # never equal it (the block was rebuilt every compile, and every fold re-read the view after it).
+    key = (request_parts, response_parts, result_parts, dict(record), ids, stamp, ending)
     if reuse is not None and reuse.block and reuse.last is last and reuse.key == key:
         # The same block after the same head as the previous compile: the same objects, so what is
         # remembered of the view's prefix (totals, validity) stays valid.

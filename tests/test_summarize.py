@@ -579,3 +579,27 @@ async def test_the_summariser_reads_the_originals_of_what_the_view_masked() -> N
     await p.compile(h.build())
     assert prompts, 'no summary was made: the test proves nothing'
     assert 'src/pkg/module_13.py' in prompts[0]  # past the digest's 8 paths, and in the clipped middle
+
+
+def test_the_span_stamp_and_run_ids_are_read_again_when_the_span_changed() -> None:
+    """The block's stamp and run ids are kept between compiles (issue 22: both walked the whole
+    span every compile) only while the span and the head are the very same objects."""
+    from pydantic_ai_context._scope import MemoScope, compiling
+    from pydantic_ai_context.policies._summary_block import BlockMemo, Zones, _stamp_and_ids
+
+    names = {f.name for f in dataclasses.fields(ModelRequest)}
+    if not {'run_id', 'conversation_id'} <= names:
+        pytest.skip('this pydantic-ai has no run or conversation ids on messages')
+    log = coding_log(4).messages
+    zones = Zones(head=log[:1], start=1, start_log=1, head_log=1)
+    memo = BlockMemo()
+    scope = MemoScope()
+    with compiling(scope, log):
+        stamp, ids = _stamp_and_ids(log[1:], zones, memo)
+        assert ids == {}
+        assert _stamp_and_ids(log[1:], zones, memo) == (stamp, ids)
+        renamed = [*log[1:-1], dataclasses.replace(log[-1], run_id='run-2')]
+        assert _stamp_and_ids(renamed, zones, memo)[1] == {'run_id': 'run-2'}
+        head = [dataclasses.replace(log[0], conversation_id='conv-1')]
+        moved = Zones(head=head, start=1, start_log=1, head_log=1)
+        assert _stamp_and_ids(renamed, moved, memo)[1] == {'run_id': 'run-2', 'conversation_id': 'conv-1'}

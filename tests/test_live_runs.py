@@ -47,7 +47,7 @@ from pydantic_ai_context import (
     resolve_context_window,
     validate_view,
 )
-from pydantic_ai_context._overflow import context_overflow
+from pydantic_ai_context.integration._overflow import context_overflow
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR
 from pydantic_ai_context.tokens import default_counter
 

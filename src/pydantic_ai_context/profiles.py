@@ -16,13 +16,12 @@ import collections
 import dataclasses
 import inspect
 import itertools
-import logging
 import math
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelResponse
@@ -30,19 +29,22 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from . import _registry, _tracing
-from ._learned_limits import LearnedLimit, LearnedLimits
-from ._overflow import Overflow, context_overflow
-from ._parts import PYDANTIC_AI_MAJOR
-from ._scope import MemoScope, compiling, suspended
+from ._scope import MemoScope, compiling
 from .archive import ContextArchive, ReadbackStore
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
 from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
-from .budget import ContextBudget, WindowSource, resolve_context_window
+from .budget import ContextBudget, resolve_context_window
+from .dispatch import EventDispatch, handler_list, only_kind
 from .errors import ContextBudgetExceeded, ContextSettingsError
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
+from .integration import processors
+from .integration._learned_limits import LearnedLimits
+from .integration.processors import run_tool_definitions
+from .integration.recovery import OverflowRecovery, tightened_window
+from .integration.request_path import HAS_PREPARE_HOOK, RequestPath
 from .overhead import OverheadMemo, RequestOverhead, measure_overhead
 from .policies._summary_ahead import BackgroundSummaries
-from .readback import readback_toolset, shows_markers, with_readback_instruction
+from .readback import readback_toolset
 from .request_tokens import weigh_request
 from .settings import (
     check_keywords,
@@ -56,20 +58,9 @@ from .views import CompileContext, Step, compile_view, step_name
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
 
-try:  # pydantic-ai >= 2.64: another attempt at the same request step
-    from pydantic_ai.exceptions import RetryModelRequest as _RetryModelRequest
-except ImportError:  # pragma: no cover - depends on the installed pydantic-ai
-    _RetryModelRequest = None  # type: ignore[assignment,misc]
-
-# pydantic-ai >= 2.64 runs `prepare_model_request` before every attempt, with the serving model.
-_HAS_PREPARE_HOOK: Final = hasattr(AbstractCapability, 'prepare_model_request')
-_STEPS_REMEMBERED: Final = 64
-
 __all__ = ('ContextProfile', 'available_profiles', 'profile', 'register_profile')
 
 _EVENTS_KEPT = 200
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True, repr=False)
@@ -145,22 +136,10 @@ class ContextProfile(AbstractCapability[Any]):
     last_overhead: RequestOverhead | None = field(default=None, init=False, compare=False)
     """What the latest request sent besides its messages (instructions, tool definitions), or `None`."""
     _overhead_memo: OverheadMemo = field(default_factory=OverheadMemo, init=False, compare=False, repr=False)
-    # Limits learned from provider rejections, per model: evidence, re-tested (see `_learned_limits`).
-    _limits: LearnedLimits = field(default_factory=LearnedLimits, init=False, compare=False, repr=False)
-    # Rejections of the request step in progress, per (run id, run step).
-    _rejections: collections.OrderedDict[tuple[str | None, int], int] = field(
-        default_factory=collections.OrderedDict[tuple[str | None, int], int],
-        init=False,
-        compare=False,
-        repr=False,
-    )
     # Numbers compiles; shared with the profile a copy records into (`recording_into`), so the
     # events there never show two compiles with the same id.
     _compile_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1), init=False, compare=False)
-    _records_into: ContextProfile | None = field(default=None, init=False, compare=False)
     _last_compile_id: int = field(default=0, init=False, compare=False)
-    # Handlers whose failure was logged with its traceback; later failures log one line at DEBUG.
-    _failed_handlers: set[int] = field(default_factory=set[int], init=False, compare=False)
     # The latest view and its run id: what that request was sent, to anchor the next gauge on the
     # provider's usage (see `tokens.measure_context`).
     _last_sent: tuple[str | None, list[ModelMessage]] | None = field(default=None, init=False, compare=False)
@@ -168,16 +147,18 @@ class ContextProfile(AbstractCapability[Any]):
     _scope: MemoScope = field(default_factory=MemoScope, init=False, compare=False)
     _archive: ContextArchive | None = field(default=None, init=False, compare=False)
     _toolsets: dict[bool, FunctionToolset[Any]] = field(default_factory=dict, init=False, compare=False)
-    # Runs whose view has shown a marker: the instruction stays for the rest of the run.
-    _readback_runs: collections.OrderedDict[str, None] = field(
-        default_factory=collections.OrderedDict, init=False, compare=False
-    )
     # Summaries written ahead in the background (see `policies._summary_ahead`): cancelled at the
     # end of their run (unless a session owns them), and when the profile is collected.
     _background: BackgroundSummaries = field(
         default_factory=BackgroundSummaries, init=False, compare=False, repr=False
     )
     _background_outlives_runs: bool = field(default=False, init=False, compare=False, repr=False)
+    # The rooms of the ideas the profile delegates to (see `dispatch` and `integration`).
+    _events_room: EventDispatch = field(default_factory=EventDispatch, init=False, compare=False, repr=False)
+    _request_path: RequestPath = field(default_factory=RequestPath, init=False, compare=False, repr=False)
+    _recovery: OverflowRecovery = field(
+        default_factory=OverflowRecovery, init=False, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         weakref.finalize(self, self._background.cancel_now)  # no summary task outlives its profile
@@ -229,9 +210,9 @@ class ContextProfile(AbstractCapability[Any]):
         reserved_output = self.reserved_output
         if reserved_output is None:
             reserved_output = min(_DEFAULT_RESERVED_OUTPUT, tokens // 4)
-        learned = self._limits.in_force(_model_key(model))
+        learned = self._recovery.in_force(model)
         if learned is not None:
-            tokens, source = _tightened_window(tokens, source, learned, reserved_output=reserved_output)
+            tokens, source = tightened_window(tokens, source, learned, reserved_output=reserved_output)
         try:
             return ContextBudget(
                 context_window=tokens,
@@ -397,7 +378,7 @@ class ContextProfile(AbstractCapability[Any]):
     ) -> RequestOverhead:
         definitions = None
         if parameters is None and ctx is not None:
-            definitions = _run_tool_definitions(ctx)
+            definitions = run_tool_definitions(ctx)
         return measure_overhead(
             messages,
             counter=counter,
@@ -458,50 +439,31 @@ class ContextProfile(AbstractCapability[Any]):
             compile_id=compile_id,
         )
 
+    # --- events (see `dispatch`) ----------------------------------------------------------------
+
     async def _dispatch(self, event: ContextEvent) -> None:
         """Send `event` to every handler; a handler that raises is logged, never propagated."""
-        for handler in self.event_handlers:
-            try:
-                # The handler is the application's code: the profile's incremental state is not for it.
-                with suspended():
-                    result = handler(event)
-                    if inspect.isawaitable(result):
-                        await result
-            except Exception:
-                self._handler_failed(handler, event)
-
-    def _handler_failed(self, handler: EventHandler, event: ContextEvent) -> None:
-        name = _handler_name(handler)
-        if id(handler) in self._failed_handlers:
-            logger.debug('event handler %s raised again on a %s event', name, event.kind, exc_info=True)
-            return
-        self._failed_handlers.add(id(handler))
-        logger.exception(
-            'event handler %s of profile %r raised on a %s event; the run goes on (further errors '
-            'of this handler are logged at DEBUG)',
-            name,
-            self.name,
-            event.kind,
-        )
+        await self._events_room.send(self, event)
 
     def _record(self, event: CompactionEvent) -> None:
-        self.events.append(event)
-        if self._records_into is not None:
-            self._records_into._record(event)
+        self._events_room.record(self, event)
 
     def _set_gauge(self, usage: ContextUsageEvent | None, overhead: RequestOverhead | None) -> None:
         """Keep the latest gauge, here and on the profile this copy records into (a session's)."""
-        self.last_usage = usage
-        self.last_overhead = overhead
-        if self._records_into is not None:
-            self._records_into._set_gauge(usage, overhead)
+        self._events_room.set_gauge(self, usage, overhead)
+
+    def _next_compile_id(self) -> int:
+        return next(self._compile_ids)
+
+    def _rejected_attempt(self) -> None:
+        self._last_sent = None  # the rejected attempt measured nothing: the next gauge anchors nothing on it
 
     def recording_into(self, original: ContextProfile) -> ContextProfile:
         """Also record this profile's compaction events in `original.events`, and its gauge in
         `original.last_usage` and `original.last_overhead` (and number compiles with its counter);
         returns `self`. A `ContextSession` compiles with a copy of the profile it was given, so that
         `original.run_events()` and `original.last_usage` still show what happened in a run."""
-        self._records_into = original
+        self._events_room.records_into = (original, original._events_room)
         self._compile_ids = original._compile_ids
         return self
 
@@ -534,45 +496,9 @@ class ContextProfile(AbstractCapability[Any]):
         Raises `ContextBudgetExceeded` (before anything is sent) when the compiled view, with the
         instructions and tool definitions it travels with, is over the budget.
         """
-        try:
-            view = await self.compile(messages, ctx, model=model, parameters=parameters, whole_log=whole_log)
-        except ContextBudgetExceeded as exc:
-            notes: list[str] = []
-            rejected = self._rejections.get(_step_key(ctx), 0)
-            if rejected:
-                notes.append(f'the provider rejected {rejected} earlier attempt(s) as too long')
-            learned = self._limits.get(
-                _model_key(model if model is not None else getattr(ctx, 'model', None))
-            )
-            if learned is not None and not learned.retesting and 'learned from' not in exc.detail:
-                notes.append(f'the limit in force was {learned.describe()}')
-            if not notes:
-                raise
-            raise ContextBudgetExceeded(
-                exc.used, exc.limit, detail='; '.join([exc.detail, *notes]), policy=exc.policy
-            ) from exc
-        usage = self.last_usage
-        assert usage is not None
-        # An unknown model's window is a guess: the policies fit it, but only a known one refuses.
-        known = usage.window_source != 'default'
-        if known and usage.estimated_tokens is not None and usage.estimated_tokens > usage.limit_tokens:
-            extra = usage.used_tokens - usage.budget_tokens
-            window_text = f'the {usage.window_tokens:,}-token window'
-            learned = self._limits.get(
-                _model_key(model if model is not None else getattr(ctx, 'model', None))
-            )
-            if usage.window_source == 'provider' and learned is not None:
-                window_text += f' {learned.describe()}'
-            raise ContextBudgetExceeded(
-                usage.estimated_tokens + extra,
-                usage.limit_tokens + extra,
-                detail=(
-                    f'the compiled view ({usage.estimated_tokens:,} tokens) with its instructions and tool '
-                    f'definitions does not fit {window_text}; nothing was sent'
-                ),
-                policy=self.name,
-            )
-        return view
+        return await self._request_path.compile_request(
+            self, messages, ctx, model=model, parameters=parameters, whole_log=whole_log
+        )
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -582,8 +508,8 @@ class ContextProfile(AbstractCapability[Any]):
         On pydantic-ai >= 2.64 the view is compiled per attempt in `prepare_model_request` instead,
         once the serving model is known.
         """
-        if not _HAS_PREPARE_HOOK:
-            request_context.messages = await self._compile_attempt(ctx, request_context)
+        if not HAS_PREPARE_HOOK:
+            request_context.messages = await self._request_path.compile_attempt(self, ctx, request_context)
         return request_context
 
     async def prepare_model_request(
@@ -594,60 +520,8 @@ class ContextProfile(AbstractCapability[Any]):
         Only this attempt's messages change (non-destructive); a fallback to a model with a
         smaller window gets a view that fits that model.
         """
-        request_context.messages = await self._compile_attempt(ctx, request_context)
+        request_context.messages = await self._request_path.compile_attempt(self, ctx, request_context)
         return request_context
-
-    async def _compile_attempt(
-        self, ctx: RunContext[Any], request_context: ModelRequestContext
-    ) -> list[ModelMessage]:
-        # The canonical log is the run's history; pydantic-ai 1.x writes the view back to it, so
-        # there the log is not whole and the read-back tools read the side store.
-        instructed = self._readback_instructed(ctx)
-        parameters = request_context.model_request_parameters
-        if instructed:
-            parameters = _with_instruction(parameters)
-        view = await self.compile_request(
-            list(request_context.messages),
-            ctx,
-            model=request_context.model,
-            parameters=parameters,
-            whole_log=PYDANTIC_AI_MAJOR >= 2,
-        )
-        if self.readback and not instructed and shows_markers(view):
-            # The first view with a marker: from here on the run's requests carry the instruction
-            # (its few tokens, new this once, are within the budget's safety margin).
-            self._mark_instructed(ctx)
-            parameters = _with_instruction(parameters)
-            self._remeasure_instructions(view, request_context.model, parameters)
-        request_context.model_request_parameters = parameters
-        return view
-
-    def _readback_instructed(self, ctx: Any) -> bool:
-        run_id = getattr(ctx, 'run_id', None)
-        return self.readback and run_id is not None and run_id in self._readback_runs
-
-    def _mark_instructed(self, ctx: Any) -> None:
-        run_id = getattr(ctx, 'run_id', None)
-        if run_id is None:
-            return
-        self._readback_runs[run_id] = None
-        while len(self._readback_runs) > 1_024:
-            self._readback_runs.popitem(last=False)
-
-    def _remeasure_instructions(self, view: Sequence[ModelMessage], model: Any, parameters: Any) -> None:
-        """Bring the gauge up to date with the instructions the request now sends."""
-        overhead = measure_overhead(
-            view, counter=self.counter_for(model), parameters=parameters, memo=self._overhead_memo
-        )
-        usage = self.last_usage
-        if usage is not None and self.reserved_system is None:
-            usage = dataclasses.replace(
-                usage,
-                instructions_tokens=overhead.instructions_tokens,
-                tools_tokens=overhead.tools_tokens,
-                used_tokens=usage.message_tokens + overhead.instructions_tokens + overhead.tools_tokens,
-            )
-        self._set_gauge(usage, overhead)
 
     async def on_model_request_error(
         self,
@@ -665,131 +539,19 @@ class ContextProfile(AbstractCapability[Any]):
         At most `max_overflow_retries` times per request, then `ContextBudgetExceeded`. Any other
         error is re-raised unchanged.
         """
-        overflow = context_overflow(error)
-        if overflow is None:
-            raise error
-        model = request_context.model
-        key = _step_key(ctx)
-        while True:
-            rejected, fixed = self._request_total(
-                request_context.messages, model, request_context.model_request_parameters
-            )
-            retries = self._rejections.get(key, 0)
-            learned = self._learn_limit(model, overflow, rejected, fixed)
-            if retries >= self.max_overflow_retries:
-                self._rejections.pop(key, None)
-                ignored = ''
-                if overflow.limit is not None and (learned is None or learned.stated != overflow.limit):
-                    ignored = (
-                        f'; the {overflow.limit:,}-token window it stated is not plausible and was ignored'
-                    )
-                raise ContextBudgetExceeded(
-                    rejected,
-                    _rejected_limit(learned, rejected),
-                    detail=(
-                        f'the provider rejected the request as too long {retries + 1} times '
-                        f'({overflow.message}); the last attempt had {rejected:,} tokens by this counter{ignored}'
-                    ),
-                    policy=self.name,
-                ) from error
-            self._rejections[key] = retries + 1
-            self._rejections.move_to_end(key)
-            while len(self._rejections) > _STEPS_REMEMBERED:
-                self._rejections.popitem(last=False)
-            self._last_sent = None  # the rejected attempt measured nothing
-            await self._report_rejection(ctx, request_context, overflow, rejected, learned)
-            if _RetryModelRequest is not None:
-                raise _RetryModelRequest()
-            # pydantic-ai < 2.64 cannot attempt the step again: send the tighter view ourselves.
-            log = list(getattr(ctx, 'messages', None) or request_context.messages)
-            view = await self.compile_request(
-                log,
-                ctx,
-                model=model,
-                parameters=request_context.model_request_parameters,
-                whole_log=PYDANTIC_AI_MAJOR >= 2,
-            )
-            request_context.messages = view
-            try:
-                response = await model.request(
-                    view, request_context.model_settings, request_context.model_request_parameters
-                )
-            except Exception as again:
-                next_overflow = context_overflow(again)
-                if next_overflow is None:
-                    raise
-                overflow, error = next_overflow, again
-                continue
-            self._rejections.pop(key, None)
-            return response
+        return await self._recovery.on_error(self, ctx, request_context, error)
 
-    def _request_total(
-        self, messages: Sequence[ModelMessage], model: Any, parameters: Any
-    ) -> tuple[int, int]:
-        """(all the tokens the request sends, the part of them that is instructions and tools)."""
-        counter = self.counter_for(model)
-        overhead = measure_overhead(
-            messages, counter=counter, parameters=parameters, memo=self._overhead_memo
-        )
-        fixed = self.reserved_system if self.reserved_system is not None else overhead.reserve
-        return counter.count_messages(messages) + overhead.reserve, fixed
-
-    def _learn_limit(self, model: Any, overflow: Overflow, rejected: int, fixed: int) -> LearnedLimit | None:
-        """Weigh what the provider told about `model`'s limit; the limit now learned, if any."""
-        reserved_output = self.reserved_output
-        if reserved_output is None:
-            window = resolve_context_window(model, explicit=self.context_window).tokens
-            reserved_output = min(_DEFAULT_RESERVED_OUTPUT, window // 4)
-        return self._limits.learn(
-            _model_key(model),
-            overflow,
-            rejected,
-            fixed=fixed,
-            reserved_output=reserved_output,
-            shrink=self.overflow_shrink,
-        )
+    @property
+    def _limits(self) -> LearnedLimits:
+        """The limits learned from provider rejections (kept by the recovery room)."""
+        return self._recovery.limits
 
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
         """A request the provider accepted: a learned limit it went past is lifted."""
-        key = _model_key(request_context.model)
-        if self._limits.get(key) is not None:
-            sent, _ = self._request_total(
-                request_context.messages, request_context.model, request_context.model_request_parameters
-            )
-            self._limits.succeeded(key, sent)
+        self._recovery.accepted(self, request_context)
         return response
-
-    async def _report_rejection(
-        self,
-        ctx: Any,
-        request_context: ModelRequestContext,
-        overflow: Overflow,
-        rejected: int,
-        learned: LearnedLimit | None,
-    ) -> None:
-        limit = f'; the provider states a {overflow.limit:,}-token window' if overflow.limit else ''
-        cap = learned.cap if learned is not None else None
-        if cap is not None:
-            within = f'; retrying within a learned cap of {cap:,} input tokens'
-        elif learned is not None and learned.stated is not None:
-            within = f'; retrying within the learned {learned.stated:,}-token window'
-        else:
-            within = '; retrying as is: the rejection teaches no plausible limit'
-        event = CompactionEvent(
-            policy='provider_rejected',
-            reason=f'the provider rejected the request as too long ({overflow.message}, {rejected:,} tokens '
-            f'by this counter{limit}){within}',
-            messages_before=len(request_context.messages),
-            messages_after=len(request_context.messages),
-            details={'rejected_tokens': rejected, 'provider_limit': overflow.limit, 'input_cap': cap},
-            run_id=getattr(ctx, 'run_id', None),
-            profile=self.name,
-            compile_id=next(self._compile_ids),
-        )
-        self._record(event)
-        await self._dispatch(event)
 
     # --- reading back ---------------------------------------------------------------------------
 
@@ -841,17 +603,11 @@ class ContextProfile(AbstractCapability[Any]):
         retry a request the provider rejects as too long: use the capability where you can.
         """
 
-        async def compile_history(ctx: RunContext[Any], messages: list[ModelMessage]) -> list[ModelMessage]:
-            return await self.compile_request(messages, ctx)
-
-        compile_history.__name__ = f'{self.name}_profile'
-        return [compile_history]
+        return [processors.history_processor(self)]
 
     def process_history(self) -> AbstractCapability[Any]:
         """Opt-in destructive mode on 2.x: `ProcessHistory` that makes the view the run's history."""
-        from pydantic_ai.capabilities import ProcessHistory
-
-        return ProcessHistory(self.history_processors[0])
+        return processors.process_history(self)
 
     def replace(self, **changes: Any) -> ContextProfile:
         """A copy with some settings changed (presets are rebuilt from their settings).
@@ -882,25 +638,6 @@ class ContextProfile(AbstractCapability[Any]):
             'on_event': tuple(self.event_handlers),
         }
         return {**base, **self.settings}
-
-
-def _handler_name(handler: Any) -> str:
-    inner = getattr(handler, 'handler', handler)  # an `_OnlyKind` wrapper names the user's function
-    name = getattr(inner, '__qualname__', None) or getattr(inner, '__name__', None)
-    return str(name) if name else repr(inner)
-
-
-@dataclass(frozen=True)
-class _OnlyKind:
-    """An event handler that passes one kind of event to `handler` (`on_compaction=`, `on_usage=`)."""
-
-    kind: type[CompactionEvent] | type[ContextUsageEvent]
-    handler: Callable[[Any], Awaitable[None] | None]
-
-    def __call__(self, event: ContextEvent) -> Awaitable[None] | None:
-        if isinstance(event, self.kind):
-            return self.handler(event)
-        return None
 
 
 def _common_settings_factory(
@@ -1055,84 +792,9 @@ def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     """Separate the common settings (as `ContextProfile` fields) from a preset's own."""
     common = {k: v for k, v in settings.items() if k in _COMMON}
     own = {k: v for k, v in settings.items() if k not in _COMMON}
-    handlers: list[EventHandler] = _handlers(common.pop('on_event', None))
-    handlers += [_OnlyKind(CompactionEvent, h) for h in _handlers(common.pop('on_compaction', None))]
-    handlers += [_OnlyKind(ContextUsageEvent, h) for h in _handlers(common.pop('on_usage', None))]
+    handlers: list[EventHandler] = handler_list(common.pop('on_event', None))
+    handlers += [only_kind(CompactionEvent, h) for h in handler_list(common.pop('on_compaction', None))]
+    handlers += [only_kind(ContextUsageEvent, h) for h in handler_list(common.pop('on_usage', None))]
     if handlers:
         common['event_handlers'] = tuple(handlers)
     return common, own
-
-
-# --- helpers of the request path ----------------------------------------------------------------
-
-
-def _model_key(model: Any) -> str:
-    """A model's identity for limits learned from its provider: its id, else system and name."""
-    if model is None:
-        return ''
-    if isinstance(model, str):
-        return model
-    model_id = getattr(model, 'model_id', None)
-    if isinstance(model_id, str) and model_id:
-        return model_id
-    return f'{getattr(model, "system", "")}:{getattr(model, "model_name", type(model).__name__)}'
-
-
-def _tightened_window(
-    tokens: int, source: WindowSource, learned: LearnedLimit, *, reserved_output: int
-) -> tuple[int, WindowSource]:
-    """The window after what a provider's rejections taught: its stated window, and an input cap."""
-    stated, cap = learned.stated, learned.cap
-    if stated is not None and stated < tokens:
-        tokens, source = stated, 'provider'
-    if cap is not None:
-        # The window whose message limit lets messages + reserved_system reach `cap` and no more.
-        capped = math.floor((cap + reserved_output) / (1 - _SAFETY_MARGIN))
-        if capped < tokens:
-            tokens, source = max(capped, 1), 'provider'
-    return tokens, source
-
-
-def _rejected_limit(learned: LearnedLimit | None, rejected: int) -> int:
-    """The limit a rejected request was over, as far as is known: the learned cap or window, else just under it."""
-    known = [n for n in (learned.cap, learned.stated) if n is not None] if learned is not None else []
-    return min([*known, rejected - 1]) if known else max(0, rejected - 1)
-
-
-def _with_instruction(parameters: Any) -> Any:
-    """`parameters` with the read-back instruction among its instruction parts."""
-    return dataclasses.replace(
-        parameters, instruction_parts=with_readback_instruction(parameters.instruction_parts)
-    )
-
-
-def _step_key(ctx: Any) -> tuple[str | None, int]:
-    """The request step in progress: (run id, run step)."""
-    return (getattr(ctx, 'run_id', None), getattr(ctx, 'run_step', 0) or 0)
-
-
-def _run_tool_definitions(ctx: Any) -> list[Any] | None:
-    """The run's tool definitions, as a history processor's `RunContext` knows them, or `None`."""
-    manager = getattr(ctx, 'tool_manager', None)
-    if manager is None or getattr(manager, 'tools', None) is None:
-        return None
-    try:
-        return list(manager.tool_defs)
-    except Exception:  # a tool manager not prepared for this step knows no definitions yet
-        return None
-
-
-def _handlers(given: Any) -> list[EventHandler]:
-    """One callable or a sequence of them, as a list; `TypeError` for anything else."""
-    if given is None:
-        return []
-    if callable(given):
-        items = [given]
-    elif isinstance(given, str | bytes) or not isinstance(given, Iterable):
-        raise TypeError(f'an event handler must be callable (or a sequence of callables), got {given!r}')
-    else:
-        items = list(given)
-    for item in items:
-        if not callable(item):
-            raise TypeError(f'an event handler must be callable, got {item!r}')
-    return items

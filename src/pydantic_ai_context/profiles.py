@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import inspect
 import itertools
 import math
 import time
@@ -28,37 +27,39 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
-from . import _registry, _tracing
+from . import _registry, registry
 from ._scope import MemoScope, compiling
 from .archive import ContextArchive, ReadbackStore
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
 from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
 from .budget import ContextBudget, resolve_context_window
-from .dispatch import EventDispatch, handler_list, only_kind
-from .errors import ContextBudgetExceeded, ContextSettingsError
+from .dispatch import EventDispatch
+from .errors import ContextBudgetExceeded
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
+from .gauge import ContextGauge
 from .integration import processors
 from .integration._learned_limits import LearnedLimits
-from .integration.processors import run_tool_definitions
 from .integration.recovery import OverflowRecovery, tightened_window
 from .integration.request_path import HAS_PREPARE_HOOK, RequestPath
-from .overhead import OverheadMemo, RequestOverhead, measure_overhead
+from .overhead import OverheadMemo, RequestOverhead
 from .policies._summary_ahead import BackgroundSummaries
 from .readback import readback_toolset
-from .request_tokens import weigh_request
-from .settings import (
-    check_keywords,
-    default_profile_name,
-    environment_overrides,
-    environment_sources,
-)
-from .tokens import TokenCounter, default_counter, measure_context
+from .registry import split_settings
+from .tokens import TokenCounter, default_counter
 from .views import CompileContext, Step, compile_view, step_name
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
 
-__all__ = ('ContextProfile', 'available_profiles', 'profile', 'register_profile')
+__all__ = (
+    'ContextProfile',
+    'PresetFactory',
+    'available_profiles',
+    'preset_factory',
+    'profile',
+    'register_profile',
+    'split_settings',
+)
 
 _EVENTS_KEPT = 200
 
@@ -140,9 +141,6 @@ class ContextProfile(AbstractCapability[Any]):
     # events there never show two compiles with the same id.
     _compile_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1), init=False, compare=False)
     _last_compile_id: int = field(default=0, init=False, compare=False)
-    # The latest view and its run id: what that request was sent, to anchor the next gauge on the
-    # provider's usage (see `tokens.measure_context`).
-    _last_sent: tuple[str | None, list[ModelMessage]] | None = field(default=None, init=False, compare=False)
     # The incremental state of the chain (see `_scope.MemoScope`): released with the profile.
     _scope: MemoScope = field(default_factory=MemoScope, init=False, compare=False)
     _archive: ContextArchive | None = field(default=None, init=False, compare=False)
@@ -154,6 +152,7 @@ class ContextProfile(AbstractCapability[Any]):
     )
     _background_outlives_runs: bool = field(default=False, init=False, compare=False, repr=False)
     # The rooms of the ideas the profile delegates to (see `dispatch` and `integration`).
+    _gauge: ContextGauge = field(default_factory=ContextGauge, init=False, compare=False, repr=False)
     _events_room: EventDispatch = field(default_factory=EventDispatch, init=False, compare=False, repr=False)
     _request_path: RequestPath = field(default_factory=RequestPath, init=False, compare=False, repr=False)
     _recovery: OverflowRecovery = field(
@@ -163,29 +162,7 @@ class ContextProfile(AbstractCapability[Any]):
     def __post_init__(self) -> None:
         weakref.finalize(self, self._background.cancel_now)  # no summary task outlives its profile
         # Settings are checked when the profile is built, not at its first model request.
-        try:
-            check_keywords(_common_settings_factory, self._common_values(), preset=self.name)
-            if self.context_window is not None:
-                self.budget_for(None)  # the window leaves room for messages after what is reserved
-            if self.counter is not None and not all(
-                callable(getattr(self.counter, method, None)) for method in ('count_text', 'count_message')
-            ):
-                raise ContextSettingsError(
-                    f'profile {self.name!r}: invalid setting counter={self.counter!r}: expected a '
-                    'TokenCounter (such as TiktokenCounter() or HeuristicCounter())'
-                )
-        except ContextSettingsError:
-            raise
-        except (TypeError, ValueError) as exc:
-            raise ContextSettingsError(f'profile {self.name!r}: {exc}') from None
-
-    def _common_values(self) -> dict[str, Any]:
-        return {
-            'context_window': self.context_window,
-            'reserved_output': self.reserved_output,
-            'reserved_system': self.reserved_system,
-            'soft_threshold': self.soft_threshold,
-        }
+        registry.check_fields(self, lambda: self.budget_for(None))
 
     def __repr__(self) -> str:
         chain = ' -> '.join(['normalize', *(step_name(s) for s in self.steps)])
@@ -280,7 +257,7 @@ class ContextProfile(AbstractCapability[Any]):
         # Inside the compile's scope: what is measured of the log (the newest instructions, the
         # archive's lineage fingerprints) resumes from what was measured of the previous one.
         with compiling(self._scope, messages) as generation:
-            overhead = self._measure_overhead(messages, ctx, counter, parameters)
+            overhead = self._gauge.overhead(messages, ctx, counter, parameters, self._overhead_memo)
             if budget is None:
                 budget = self.budget_for(model, overhead=overhead)
             sink = (
@@ -316,23 +293,17 @@ class ContextProfile(AbstractCapability[Any]):
             self._last_compile_id = compile_id
             if sink is not None:
                 self.archive.compiled(sink, view)
-            _tracing.record_compaction(
-                _tracing.tracer_for(ctx),
-                start_time=start_time,
-                profile=self.name,
-                events=happened,
-                messages_before=len(messages),
-                messages_after=len(view),
-                count_tokens=lambda: (counter.count_messages(messages), counter.count_messages(view)),
-                run_id=run_id,
-                compile_id=compile_id,
+            ids = (self.name, run_id, compile_id)
+            self._gauge.trace(
+                ctx, ids, start_time=start_time, events=happened, log=messages, view=view, counter=counter
             )
-            usage = self._measure(
-                view, messages, budget, counter, overhead=overhead, run_id=run_id, compile_id=compile_id
+            explicit = self.reserved_system is not None
+            usage = self._gauge.measure(
+                ids, view, messages, budget, counter, overhead=overhead, explicit=explicit
             )
             self._scope.seal(generation, view)
         self._set_gauge(usage, overhead)
-        self._last_sent = (run_id, view)
+        self._gauge.sent(run_id, view)
         await self.deliver_background_events()
         await self._dispatch(usage)
         return view
@@ -373,72 +344,6 @@ class ContextProfile(AbstractCapability[Any]):
                 await self._background.end_run(getattr(ctx, 'run_id', None))
                 await self.deliver_background_events()
 
-    def _measure_overhead(
-        self, messages: Sequence[ModelMessage], ctx: Any, counter: TokenCounter, parameters: Any
-    ) -> RequestOverhead:
-        definitions = None
-        if parameters is None and ctx is not None:
-            definitions = run_tool_definitions(ctx)
-        return measure_overhead(
-            messages,
-            counter=counter,
-            parameters=parameters,
-            tool_definitions=definitions,
-            memo=self._overhead_memo,
-        )
-
-    def _measure(
-        self,
-        view: list[ModelMessage],
-        log: Sequence[ModelMessage],
-        budget: ContextBudget,
-        counter: TokenCounter,
-        *,
-        overhead: RequestOverhead,
-        run_id: str | None,
-        compile_id: int,
-    ) -> ContextUsageEvent:
-        reading = None
-        if self._last_sent is not None and self._last_sent[0] == run_id:
-            reading = measure_context(
-                view, counter=counter, sent=self._last_sent[1], reserved_system=budget.reserved_system
-            )
-        if reading is None or not reading.anchored:
-            reading = measure_context(view, counter=counter, log=log, reserved_system=budget.reserved_system)
-        explicit = self.reserved_system is not None
-        # The request as pydantic-ai sends it (replay, inspect and history_stats weigh it the same way).
-        weight = weigh_request(view, counter=counter, overhead=None if explicit else overhead)
-        if (
-            reading.anchored
-            and reading.provider_tokens < budget.reserved_system + weight.counted_instructions_tokens
-        ):
-            # A "provider" that did not count the tools or the instructions (a test model's estimate,
-            # a recorded log's usage) anchors nothing.
-            reading = measure_context(view, counter=counter, reserved_system=budget.reserved_system)
-        counted_instructions = weight.counted_instructions_tokens
-        instructions = weight.instructions_tokens
-        tools = budget.reserved_system if explicit else weight.tools_tokens
-        message_tokens = max(0, reading.tokens - counted_instructions)
-        return ContextUsageEvent(
-            message_tokens=message_tokens,
-            instructions_tokens=instructions,
-            tools_tokens=tools,
-            view_tokens=reading.tokens,
-            used_tokens=message_tokens + instructions + tools,
-            window_tokens=budget.context_window,
-            limit_tokens=budget.limit,
-            soft_limit_tokens=budget.soft_limit,
-            window_source=budget.window_source,
-            anchored=reading.anchored,
-            estimated_tokens=reading.estimated_tokens,
-            messages=len(view),
-            log_messages=len(log),
-            compacted=len(view) != len(log) or any(a is not b for a, b in zip(view, log, strict=False)),
-            run_id=run_id,
-            profile=self.name,
-            compile_id=compile_id,
-        )
-
     # --- events (see `dispatch`) ----------------------------------------------------------------
 
     async def _dispatch(self, event: ContextEvent) -> None:
@@ -456,7 +361,7 @@ class ContextProfile(AbstractCapability[Any]):
         return next(self._compile_ids)
 
     def _rejected_attempt(self) -> None:
-        self._last_sent = None  # the rejected attempt measured nothing: the next gauge anchors nothing on it
+        self._gauge.forget()  # the rejected attempt measured nothing: the next gauge anchors nothing on it
 
     def recording_into(self, original: ContextProfile) -> ContextProfile:
         """Also record this profile's compaction events in `original.events`, and its gauge in
@@ -616,59 +521,15 @@ class ContextProfile(AbstractCapability[Any]):
         `'custom'`, so a later `replace` keeps its chain instead of rebuilding the preset's.
         """
         if self.name in _PRESETS and not ({'steps'} & changes.keys()):
-            merged = {**self._overrides(), **changes}
+            merged = {**registry.preset_settings(self), **changes}
             return profile(self.name, **merged)
         if 'steps' in changes and 'name' not in changes and self.name in _PRESETS:
             changes = {**changes, 'name': 'custom'}
         # A copy observes its own compiles: it must not share the event history.
         return dataclasses.replace(self, **{'events': collections.deque(maxlen=_EVENTS_KEPT), **changes})
 
-    def _overrides(self) -> dict[str, Any]:
-        base = {
-            'readback': self.readback,
-            'readback_store': self.readback_store,
-            'context_window': self.context_window,
-            'reserved_output': self.reserved_output,
-            'reserved_system': self.reserved_system,
-            'soft_threshold': self.soft_threshold,
-            'max_overflow_retries': self.max_overflow_retries,
-            'overflow_shrink': self.overflow_shrink,
-            'counter': self.counter,
-            'summary_model': self.summary_model,
-            'on_event': tuple(self.event_handlers),
-        }
-        return {**base, **self.settings}
 
-
-def _common_settings_factory(
-    *,
-    context_window: int | None = None,
-    reserved_output: int | None = None,
-    reserved_system: int = 0,
-    soft_threshold: float = 0.75,
-) -> None:
-    """Stands for "a preset with only the common settings" when checking `ContextProfile` fields."""
-
-
-# --- presets ----------------------------------------------------------------------------------
-
-_COMMON = frozenset(
-    {
-        'context_window',
-        'reserved_output',
-        'reserved_system',
-        'soft_threshold',
-        'max_overflow_retries',
-        'overflow_shrink',
-        'counter',
-        'summary_model',
-        'on_event',
-        'on_compaction',
-        'on_usage',
-        'readback',
-        'readback_store',
-    }
-)
+# --- presets: the typed entry points of the registry (see `registry`) ----------------------------
 
 PresetFactory = Callable[..., ContextProfile]
 _PRESETS = _registry.PRESETS  # the same dict: tests and plugins may register through either
@@ -702,11 +563,7 @@ def register_profile(name: str, factory: PresetFactory) -> None:
         # ContextProfile(name='lean', chain=[normalize -> mask_observations -> fit_to_budget], context_window=32000)
         ```
     """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f'a profile name must be a non-empty str, got {name!r}')
-    if not callable(factory):
-        raise TypeError(f'profile {name!r}: the factory must be callable, got {factory!r}')
-    _registry.register(name, factory)
+    registry.register(name, factory)
 
 
 def available_profiles() -> list[str]:
@@ -752,49 +609,4 @@ def profile(name: str | None = None, **overrides: Any) -> ContextProfile:
         assert p.name == 'transparent' and p.context_window == 64_000
         ```
     """
-    if name is None:
-        name = default_profile_name()
-    factory = preset_factory(name)
-    own = _own_settings(factory)
-    unknown = sorted(set(overrides) - _COMMON - own)
-    if unknown:
-        raise TypeError(
-            f'profile {name!r} got unknown setting(s) {", ".join(map(repr, unknown))}; '
-            f'accepted: {", ".join(sorted(_COMMON | own))}'
-        )
-    check_keywords(factory, overrides, preset=name)
-    environment = environment_overrides(factory, skip=overrides.keys())
-    settings = {**environment, **overrides}
-    try:
-        built = factory(**settings)
-    except ValueError as exc:
-        # A combination no single setting's check catches (a window too small for what it
-        # reserves), or a preset's own check: say which values came from the environment.
-        sources = environment_sources(environment)
-        where = f' (from the environment: {", ".join(sources.values())})' if sources else ''
-        detail = str(exc).removeprefix(f'profile {name!r}: ')
-        raise ContextSettingsError(f'profile {name!r}: {detail}{where}') from exc
-    if not built.settings:
-        # The preset's own settings as resolved (defaults included), derived from its signature,
-        # so `replace()` can rebuild it and a user can print what it runs with.
-        bound = inspect.signature(factory).bind_partial(**settings)
-        bound.apply_defaults()
-        built.settings = {k: v for k, v in bound.arguments.items() if k in own}
-    return built
-
-
-def _own_settings(factory: PresetFactory) -> frozenset[str]:
-    params = inspect.signature(factory).parameters.values()
-    return frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY) - _COMMON
-
-
-def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Separate the common settings (as `ContextProfile` fields) from a preset's own."""
-    common = {k: v for k, v in settings.items() if k in _COMMON}
-    own = {k: v for k, v in settings.items() if k not in _COMMON}
-    handlers: list[EventHandler] = handler_list(common.pop('on_event', None))
-    handlers += [only_kind(CompactionEvent, h) for h in handler_list(common.pop('on_compaction', None))]
-    handlers += [only_kind(ContextUsageEvent, h) for h in handler_list(common.pop('on_usage', None))]
-    if handlers:
-        common['event_handlers'] = tuple(handlers)
-    return common, own
+    return registry.build(name, overrides)  # type: ignore[no-any-return]

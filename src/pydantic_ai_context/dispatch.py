@@ -11,9 +11,11 @@ Failures are logged on the `pydantic_ai_context.profiles` logger, the name the d
 from __future__ import annotations
 
 import collections
+import dataclasses
 import inspect
+import itertools
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,7 +23,7 @@ from ._scope import suspended
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
 from .overhead import RequestOverhead
 
-__all__ = ('EventDispatch', 'EventOwner', 'handler_list', 'only_kind')
+__all__ = ('EventDispatch', 'EventOwner', 'handler_list', 'only_kind', 'run_events')
 
 # The logger the documentation names for handler failures (the profile's module).
 logger = logging.getLogger('pydantic_ai_context.profiles')
@@ -60,6 +62,34 @@ class EventDispatch:
         self._failed_handlers: set[int] = set()
         # The profile a copy also records into (a session's copy records into the profile it was given).
         self.records_into: tuple[EventOwner, EventDispatch] | None = None
+        # Numbers compiles; shared with the profile a copy records into (`record_into`), so the
+        # events there never show two compiles with the same id.
+        self._compile_ids: Iterator[int] = itertools.count(1)
+        self.last_compile_id = 0
+        """The id of the latest finished compile (0 before the first)."""
+
+    def next_id(self) -> int:
+        """A new compile id (a rejected attempt's event takes one too)."""
+        return next(self._compile_ids)
+
+    def record_into(self, original: EventOwner, dispatch: EventDispatch) -> None:
+        """Also record into `original` (whose dispatch is `dispatch`), numbering compiles with its counter."""
+        self.records_into = (original, dispatch)
+        self._compile_ids = dispatch._compile_ids
+
+    def collector(
+        self, owner: EventOwner, compile_id: int
+    ) -> tuple[list[CompactionEvent], Callable[[CompactionEvent], Awaitable[None]]]:
+        """The events of one compile, and the callback the chain reports them to (records and sends)."""
+        happened: list[CompactionEvent] = []
+
+        async def on_event(event: CompactionEvent) -> None:
+            event = dataclasses.replace(event, profile=owner.name, compile_id=compile_id)
+            happened.append(event)
+            self.record(owner, event)
+            await self.send(owner, event)
+
+        return happened, on_event
 
     async def send(self, owner: EventOwner, event: ContextEvent) -> None:
         """Send `event` to every handler of `owner`; a handler that raises is logged, never propagated."""
@@ -103,6 +133,16 @@ class EventDispatch:
             owner.name,
             event.kind,
         )
+
+
+def run_events(events: Iterable[CompactionEvent], run_id: str | None) -> list[CompactionEvent]:
+    """The events of agent run `run_id` (default: the run of the newest event)."""
+    kept = list(events)
+    if run_id is None:
+        if not kept:
+            return []
+        run_id = kept[-1].run_id
+    return [e for e in kept if e.run_id == run_id]
 
 
 def _handler_name(handler: Any) -> str:

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 import math
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +32,7 @@ from .archive import ContextArchive, ReadbackStore
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
 from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
 from .budget import ContextBudget, resolve_context_window
-from .dispatch import EventDispatch
+from .dispatch import EventDispatch, run_events
 from .errors import ContextBudgetExceeded
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
 from .gauge import ContextGauge
@@ -137,10 +136,6 @@ class ContextProfile(AbstractCapability[Any]):
     last_overhead: RequestOverhead | None = field(default=None, init=False, compare=False)
     """What the latest request sent besides its messages (instructions, tool definitions), or `None`."""
     _overhead_memo: OverheadMemo = field(default_factory=OverheadMemo, init=False, compare=False, repr=False)
-    # Numbers compiles; shared with the profile a copy records into (`recording_into`), so the
-    # events there never show two compiles with the same id.
-    _compile_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1), init=False, compare=False)
-    _last_compile_id: int = field(default=0, init=False, compare=False)
     # The incremental state of the chain (see `_scope.MemoScope`): released with the profile.
     _scope: MemoScope = field(default_factory=MemoScope, init=False, compare=False)
     _archive: ContextArchive | None = field(default=None, init=False, compare=False)
@@ -201,17 +196,8 @@ class ContextProfile(AbstractCapability[Any]):
         except ValueError as exc:
             if reserved_system <= 0:
                 raise
-            window_text = f'a {tokens:,}-token window'
-            if learned is not None and source == 'provider':
-                window_text = f'the {tokens:,}-token window {learned.describe()}'
-            raise ContextBudgetExceeded(
-                reserved_system + reserved_output,
-                tokens - math.ceil(tokens * _SAFETY_MARGIN),
-                detail=(
-                    f'the instructions and tool definitions ({reserved_system:,} tokens) and the reserved '
-                    f'output ({reserved_output:,}) leave no room for messages in {window_text}'
-                ),
-            ) from exc
+            learned_text = learned.describe() if learned is not None and source == 'provider' else None
+            raise _no_room(reserved_system, reserved_output, tokens, learned_text) from exc
 
     def counter_for(self, model: Any = None) -> TokenCounter:
         if self.counter is not None:
@@ -252,7 +238,7 @@ class ContextProfile(AbstractCapability[Any]):
         if model is None and ctx is not None:
             model = getattr(ctx, 'model', None)
         run_id = getattr(ctx, 'run_id', None) if ctx is not None else None
-        compile_id = next(self._compile_ids)
+        compile_id = self._events_room.next_id()
         counter = self.counter_for(model)
         # Inside the compile's scope: what is measured of the log (the newest instructions, the
         # archive's lineage fingerprints) resumes from what was measured of the previous one.
@@ -279,18 +265,11 @@ class ContextProfile(AbstractCapability[Any]):
                 if whole_log or ctx is None or self._background_outlives_runs
                 else None,
             )
-            happened: list[CompactionEvent] = []
-
-            async def on_event(event: CompactionEvent) -> None:
-                event = dataclasses.replace(event, profile=self.name, compile_id=compile_id)
-                happened.append(event)
-                self._record(event)
-                await self._dispatch(event)
-
+            happened, on_event = self._events_room.collector(self, compile_id)
             view = await compile_view(
                 messages, self.steps, context, on_event=on_event, count_tokens=bool(self.event_handlers)
             )
-            self._last_compile_id = compile_id
+            self._events_room.last_compile_id = compile_id
             if sink is not None:
                 self.archive.compiled(sink, view)
             ids = (self.name, run_id, compile_id)
@@ -357,33 +336,22 @@ class ContextProfile(AbstractCapability[Any]):
         """Keep the latest gauge, here and on the profile this copy records into (a session's)."""
         self._events_room.set_gauge(self, usage, overhead)
 
-    def _next_compile_id(self) -> int:
-        return next(self._compile_ids)
-
-    def _rejected_attempt(self) -> None:
-        self._gauge.forget()  # the rejected attempt measured nothing: the next gauge anchors nothing on it
-
     def recording_into(self, original: ContextProfile) -> ContextProfile:
         """Also record this profile's compaction events in `original.events`, and its gauge in
         `original.last_usage` and `original.last_overhead` (and number compiles with its counter);
         returns `self`. A `ContextSession` compiles with a copy of the profile it was given, so that
         `original.run_events()` and `original.last_usage` still show what happened in a run."""
-        self._events_room.records_into = (original, original._events_room)
-        self._compile_ids = original._compile_ids
+        self._events_room.record_into(original, original._events_room)
         return self
 
     @property
     def last_compile_events(self) -> list[CompactionEvent]:
         """The compaction events of the latest finished compile (empty if it changed nothing)."""
-        return [e for e in self.events if e.compile_id == self._last_compile_id]
+        return [e for e in self.events if e.compile_id == self._events_room.last_compile_id]
 
     def run_events(self, run_id: str | None = None) -> list[CompactionEvent]:
         """The kept compaction events of agent run `run_id` (default: the run of the newest event)."""
-        if run_id is None:
-            if not self.events:
-                return []
-            run_id = self.events[-1].run_id
-        return [e for e in self.events if e.run_id == run_id]
+        return run_events(self.events, run_id)
 
     # --- the request path -----------------------------------------------------------------------
 
@@ -498,16 +466,13 @@ class ContextProfile(AbstractCapability[Any]):
         return self
 
     @property
-    def history_processors(
-        self,
-    ) -> list[Callable[[RunContext[Any], list[ModelMessage]], Awaitable[list[ModelMessage]]]]:
+    def history_processors(self) -> list[processors.HistoryProcessor]:
         """For `Agent(history_processors=...)` on pydantic-ai 1.x: the view replaces the run's history.
 
         A history processor sees the run's tool definitions but not native tools, a native output
         schema or prompted-output instructions (set `reserved_system` for those), and cannot
         retry a request the provider rejects as too long: use the capability where you can.
         """
-
         return [processors.history_processor(self)]
 
     def process_history(self) -> AbstractCapability[Any]:
@@ -610,3 +575,18 @@ def profile(name: str | None = None, **overrides: Any) -> ContextProfile:
         ```
     """
     return registry.build(name, overrides)  # type: ignore[no-any-return]
+
+
+def _no_room(
+    reserved_system: int, reserved_output: int, tokens: int, learned: str | None
+) -> ContextBudgetExceeded:
+    """The refusal of a window whose instructions, tool definitions and reserved output leave no room."""
+    window_text = f'the {tokens:,}-token window {learned}' if learned else f'a {tokens:,}-token window'
+    return ContextBudgetExceeded(
+        reserved_system + reserved_output,
+        tokens - math.ceil(tokens * _SAFETY_MARGIN),
+        detail=(
+            f'the instructions and tool definitions ({reserved_system:,} tokens) and the reserved '
+            f'output ({reserved_output:,}) leave no room for messages in {window_text}'
+        ),
+    )

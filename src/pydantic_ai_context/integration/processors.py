@@ -33,15 +33,17 @@ def history_processor(owner: _Compiles) -> HistoryProcessor:
 
     Example:
         ```python
-        from pydantic_ai import Agent
-        from pydantic_ai.models.test import TestModel
+        import asyncio
+
+        from pydantic_ai.messages import ModelRequest
 
         from pydantic_ai_context import profile
         from pydantic_ai_context.integration.processors import history_processor
 
-        ctx_profile = profile('transparent', context_window=32_000)
-        agent = Agent(TestModel(), history_processors=[history_processor(ctx_profile)])
-        assert agent.run_sync('hello').output
+        compile_history = history_processor(profile('transparent', context_window=32_000))
+        assert compile_history.__name__ == 'transparent_profile'
+        history = [ModelRequest.user_text_prompt('hello')]
+        assert asyncio.run(compile_history(None, history)) == history  # pydantic-ai passes its RunContext
         ```
     """
 

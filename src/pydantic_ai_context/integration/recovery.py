@@ -20,8 +20,10 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 
 from .._parts import PYDANTIC_AI_MAJOR
 from ..budget import DEFAULT_RESERVED_OUTPUT, DEFAULT_SAFETY_MARGIN, WindowSource, resolve_context_window
+from ..dispatch import EventDispatch
 from ..errors import ContextBudgetExceeded
 from ..events import CompactionEvent
+from ..gauge import ContextGauge
 from ..overhead import OverheadMemo, measure_overhead
 from ..tokens import TokenCounter
 from ._learned_limits import LearnedLimit, LearnedLimits
@@ -50,6 +52,8 @@ class RecoveryOwner(Protocol):
     max_overflow_retries: int
     overflow_shrink: float
     _overhead_memo: OverheadMemo
+    _events_room: EventDispatch
+    _gauge: ContextGauge
 
     def counter_for(self, model: Any = None) -> TokenCounter: ...
 
@@ -62,10 +66,6 @@ class RecoveryOwner(Protocol):
         parameters: Any = None,
         whole_log: bool = False,
     ) -> list[ModelMessage]: ...
-
-    def _rejected_attempt(self) -> None: ...
-
-    def _next_compile_id(self) -> int: ...
 
     def _record(self, event: CompactionEvent) -> None: ...
 
@@ -152,7 +152,7 @@ class OverflowRecovery:
             self._rejections.move_to_end(key)
             while len(self._rejections) > _STEPS_REMEMBERED:
                 self._rejections.popitem(last=False)
-            owner._rejected_attempt()  # the rejected attempt measured nothing
+            owner._gauge.forget()  # the rejected attempt measured nothing
             await self._report_rejection(owner, ctx, request_context, overflow, rejected, learned)
             if _RetryModelRequest is not None:
                 raise _RetryModelRequest()
@@ -245,7 +245,7 @@ class OverflowRecovery:
             details={'rejected_tokens': rejected, 'provider_limit': overflow.limit, 'input_cap': cap},
             run_id=getattr(ctx, 'run_id', None),
             profile=owner.name,
-            compile_id=owner._next_compile_id(),
+            compile_id=owner._events_room.next_id(),
         )
         owner._record(event)
         await owner._dispatch(event)

@@ -103,6 +103,13 @@ class EventDispatch:
             except Exception:
                 self._handler_failed(owner, handler, event)
 
+    async def deliver(self, owner: EventOwner, events: Iterable[CompactionEvent]) -> None:
+        """Record and send events that arose outside a compile (summaries made ahead), as `owner`'s."""
+        for event in events:
+            event = dataclasses.replace(event, profile=owner.name)
+            self.record(owner, event)
+            await self.send(owner, event)
+
     def record(self, owner: EventOwner, event: CompactionEvent) -> None:
         """Keep `event` in `owner.events`, and in the events of the profile `owner` records into."""
         owner.events.append(event)

@@ -40,9 +40,9 @@ from .integration import processors
 from .integration._learned_limits import LearnedLimits
 from .integration.recovery import OverflowRecovery, tightened_window
 from .integration.request_path import HAS_PREPARE_HOOK, RequestPath
+from .integration.toolset import ReadbackTools
 from .overhead import OverheadMemo, RequestOverhead
 from .policies._summary_ahead import BackgroundSummaries
-from .readback import readback_toolset
 from .registry import split_settings
 from .tokens import TokenCounter, default_counter
 from .views import CompileContext, Step, compile_view, step_name
@@ -135,24 +135,20 @@ class ContextProfile(AbstractCapability[Any]):
     """The context gauge of the latest compile, or `None` before the first."""
     last_overhead: RequestOverhead | None = field(default=None, init=False, compare=False)
     """What the latest request sent besides its messages (instructions, tool definitions), or `None`."""
-    _overhead_memo: OverheadMemo = field(default_factory=OverheadMemo, init=False, compare=False, repr=False)
+    _overhead_memo: OverheadMemo = field(default_factory=OverheadMemo, init=False, compare=False)
     # The incremental state of the chain (see `_scope.MemoScope`): released with the profile.
     _scope: MemoScope = field(default_factory=MemoScope, init=False, compare=False)
     _archive: ContextArchive | None = field(default=None, init=False, compare=False)
-    _toolsets: dict[bool, FunctionToolset[Any]] = field(default_factory=dict, init=False, compare=False)
+    _tools: ReadbackTools = field(default_factory=ReadbackTools, init=False, compare=False)
     # Summaries written ahead in the background (see `policies._summary_ahead`): cancelled at the
     # end of their run (unless a session owns them), and when the profile is collected.
-    _background: BackgroundSummaries = field(
-        default_factory=BackgroundSummaries, init=False, compare=False, repr=False
-    )
+    _background: BackgroundSummaries = field(default_factory=BackgroundSummaries, init=False, compare=False)
     _background_outlives_runs: bool = field(default=False, init=False, compare=False, repr=False)
-    # The rooms of the ideas the profile delegates to (see `dispatch` and `integration`).
-    _gauge: ContextGauge = field(default_factory=ContextGauge, init=False, compare=False, repr=False)
-    _events_room: EventDispatch = field(default_factory=EventDispatch, init=False, compare=False, repr=False)
-    _request_path: RequestPath = field(default_factory=RequestPath, init=False, compare=False, repr=False)
-    _recovery: OverflowRecovery = field(
-        default_factory=OverflowRecovery, init=False, compare=False, repr=False
-    )
+    # The rooms of the ideas the profile delegates to (see `gauge`, `dispatch` and `integration`).
+    _gauge: ContextGauge = field(default_factory=ContextGauge, init=False, compare=False)
+    _events_room: EventDispatch = field(default_factory=EventDispatch, init=False, compare=False)
+    _request_path: RequestPath = field(default_factory=RequestPath, init=False, compare=False)
+    _recovery: OverflowRecovery = field(default_factory=OverflowRecovery, init=False, compare=False)
 
     def __post_init__(self) -> None:
         weakref.finalize(self, self._background.cancel_now)  # no summary task outlives its profile
@@ -291,10 +287,7 @@ class ContextProfile(AbstractCapability[Any]):
 
     async def deliver_background_events(self) -> None:
         """Record and send the `summary_discarded` events of summaries made ahead and never used."""
-        for event in self._background.take_events():
-            event = dataclasses.replace(event, profile=self.name)
-            self._record(event)
-            await self._dispatch(event)
+        await self._events_room.deliver(self, self._background.take_events())
 
     async def settle_background(self) -> None:
         """Wait until the summaries this profile is writing ahead have landed (or failed).
@@ -353,7 +346,30 @@ class ContextProfile(AbstractCapability[Any]):
         """The kept compaction events of agent run `run_id` (default: the run of the newest event)."""
         return run_events(self.events, run_id)
 
-    # --- the request path -----------------------------------------------------------------------
+    # --- reading back ---------------------------------------------------------------------------
+
+    @property
+    def archive(self) -> ContextArchive:
+        """The side store of originals this profile's markers name, behind `read_context`."""
+        if self._archive is None:
+            self._archive = ContextArchive(self.readback_store)
+        return self._archive
+
+    def get_toolset(self) -> FunctionToolset[Any] | None:
+        """As a capability: `read_context` and `search_context` (the instruction comes with the view)."""
+        return self._tools.toolset(self.archive, instructions=False) if self.readback else None
+
+    @property
+    def toolset(self) -> FunctionToolset[Any]:
+        """`read_context` and `search_context` for an agent that compiles through `history_processors`
+        (pydantic-ai 1.x), `process_history()` or `compile()`: `Agent(..., toolsets=[p.toolset])`.
+
+        It carries the read-back instruction for requests whose history holds a marker. Not needed
+        (and a name clash) with the profile as a capability, which contributes the same tools.
+        """
+        return self._tools.toolset(self.archive, instructions=True)
+
+    # --- the pydantic-ai integration (see `integration`): the hooks delegate to its rooms ------
 
     async def compile_request(
         self,
@@ -376,11 +392,8 @@ class ContextProfile(AbstractCapability[Any]):
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """pydantic-ai 2.62–2.63 and 1.x: replace this request's messages with the compiled view.
-
-        On pydantic-ai >= 2.64 the view is compiled per attempt in `prepare_model_request` instead,
-        once the serving model is known.
-        """
+        """pydantic-ai 2.62–2.63 and 1.x: this request's messages become the compiled view (on >= 2.64,
+        `prepare_model_request` compiles per attempt instead; see `integration.request_path`)."""
         if not HAS_PREPARE_HOOK:
             request_context.messages = await self._request_path.compile_attempt(self, ctx, request_context)
         return request_context
@@ -388,11 +401,8 @@ class ContextProfile(AbstractCapability[Any]):
     async def prepare_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """pydantic-ai >= 2.64: compile this attempt's view for the model that serves it.
-
-        Only this attempt's messages change (non-destructive); a fallback to a model with a
-        smaller window gets a view that fits that model.
-        """
+        """pydantic-ai >= 2.64: this attempt's messages (only) become the view compiled for the model that
+        serves it: a fallback to a model with a smaller window gets a view that fits it."""
         request_context.messages = await self._request_path.compile_attempt(self, ctx, request_context)
         return request_context
 
@@ -403,20 +413,12 @@ class ContextProfile(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         error: Exception,
     ) -> ModelResponse:
-        """When the provider rejects the request as too long: compile tighter and try again.
-
-        The rejected attempt's size (as counted here) and the limit the error states, if plausible,
-        are learned for that model as evidence (see `_learned_limits`: bounded below by what a
-        request needs, re-tested after a while, lifted by a success above it); the attempt is retried
-        with `RetryModelRequest` (pydantic-ai >= 2.64), else by sending the tighter view directly.
-        At most `max_overflow_retries` times per request, then `ContextBudgetExceeded`. Any other
-        error is re-raised unchanged.
-        """
+        """When the provider rejects the request as too long: learn its limit, compile tighter and try again
+        (at most `max_overflow_retries` times, then `ContextBudgetExceeded`; see `integration.recovery`)."""
         return await self._recovery.on_error(self, ctx, request_context, error)
 
     @property
-    def _limits(self) -> LearnedLimits:
-        """The limits learned from provider rejections (kept by the recovery room)."""
+    def _limits(self) -> LearnedLimits:  # the limits learned from provider rejections
         return self._recovery.limits
 
     async def after_model_request(
@@ -425,37 +427,6 @@ class ContextProfile(AbstractCapability[Any]):
         """A request the provider accepted: a learned limit it went past is lifted."""
         self._recovery.accepted(self, request_context)
         return response
-
-    # --- reading back ---------------------------------------------------------------------------
-
-    @property
-    def archive(self) -> ContextArchive:
-        """The side store of originals this profile's markers name, behind `read_context`."""
-        if self._archive is None:
-            self._archive = ContextArchive(self.readback_store)
-        return self._archive
-
-    def get_toolset(self) -> FunctionToolset[Any] | None:
-        """As a capability: `read_context` and `search_context` (the instruction comes with the view)."""
-        return self._readback_toolset(instructions=False) if self.readback else None
-
-    @property
-    def toolset(self) -> FunctionToolset[Any]:
-        """`read_context` and `search_context` for an agent that compiles through `history_processors`
-        (pydantic-ai 1.x), `process_history()` or `compile()`: `Agent(..., toolsets=[p.toolset])`.
-
-        It carries the read-back instruction for requests whose history holds a marker. Not needed
-        (and a name clash) with the profile as a capability, which contributes the same tools.
-        """
-        return self._readback_toolset(instructions=True)
-
-    def _readback_toolset(self, *, instructions: bool) -> FunctionToolset[Any]:
-        found = self._toolsets.get(instructions)
-        if found is None:
-            found = self._toolsets[instructions] = readback_toolset(self.archive, instructions=instructions)
-        return found
-
-    # --- pydantic-ai integration --------------------------------------------------------------
 
     @classmethod
     def get_serialization_name(cls) -> str | None:

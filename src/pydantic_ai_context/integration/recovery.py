@@ -120,7 +120,15 @@ class OverflowRecovery:
         request_context: ModelRequestContext,
         error: Exception,
     ) -> ModelResponse:
-        """The body of `ContextProfile.on_model_request_error` (see there)."""
+        """The body of `ContextProfile.on_model_request_error`: compile tighter and try again.
+
+        The rejected attempt's size (as counted here) and the limit the error states, if plausible,
+        are learned for that model as evidence (see `_learned_limits`: bounded below by what a
+        request needs, re-tested after a while, lifted by a success above it); the attempt is retried
+        with `RetryModelRequest` (pydantic-ai >= 2.64), else by sending the tighter view directly.
+        At most `max_overflow_retries` times per request, then `ContextBudgetExceeded`. Any other
+        error is re-raised unchanged.
+        """
         overflow = context_overflow(error)
         if overflow is None:
             raise error

@@ -18,12 +18,11 @@ from pydantic_ai.messages import ModelMessage
 from . import _tracing
 from .budget import ContextBudget
 from .events import CompactionEvent, ContextUsageEvent
-from .integration.processors import run_tool_definitions
 from .overhead import OverheadMemo, RequestOverhead, measure_overhead
 from .request_tokens import weigh_request
 from .tokens import TokenCounter, measure_context
 
-__all__ = ('ContextGauge',)
+__all__ = ('ContextGauge', 'run_tool_definitions')
 
 
 class ContextGauge:
@@ -146,3 +145,14 @@ class ContextGauge:
             run_id=run_id,
             compile_id=compile_id,
         )
+
+
+def run_tool_definitions(ctx: Any) -> list[Any] | None:
+    """The run's tool definitions, as a history processor's `RunContext` knows them, or `None`."""
+    manager = getattr(ctx, 'tool_manager', None)
+    if manager is None or getattr(manager, 'tools', None) is None:
+        return None
+    try:
+        return list(manager.tool_defs)
+    except Exception:  # a tool manager not prepared for this step knows no definitions yet
+        return None

@@ -2,8 +2,8 @@
 
 `ContextProfile.history_processors` (pydantic-ai 1.x: `Agent(history_processors=...)`) and
 `ContextProfile.process_history()` (the opt-in destructive mode on 2.x) are built here. A history
-processor sees the run's tool definitions through its `RunContext` (`run_tool_definitions`) but not
-native tools or output instructions, and cannot retry a rejected request: the capability can.
+processor sees the run's tool definitions through its `RunContext` (`gauge.run_tool_definitions`)
+but not native tools or output instructions, and cannot retry a rejected request: the capability can.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
 
-__all__ = ('HistoryProcessor', 'history_processor', 'process_history', 'run_tool_definitions')
+__all__ = ('HistoryProcessor', 'history_processor', 'process_history')
 
 HistoryProcessor = Callable[[RunContext[Any], list[ModelMessage]], Awaitable[list[ModelMessage]]]
 
@@ -59,14 +59,3 @@ def process_history(owner: _Compiles) -> AbstractCapability[Any]:
     from pydantic_ai.capabilities import ProcessHistory
 
     return ProcessHistory(history_processor(owner))
-
-
-def run_tool_definitions(ctx: Any) -> list[Any] | None:
-    """The run's tool definitions, as a history processor's `RunContext` knows them, or `None`."""
-    manager = getattr(ctx, 'tool_manager', None)
-    if manager is None or getattr(manager, 'tools', None) is None:
-        return None
-    try:
-        return list(manager.tool_defs)
-    except Exception:  # a tool manager not prepared for this step knows no definitions yet
-        return None

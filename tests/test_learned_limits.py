@@ -16,8 +16,8 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_context import ContextBudgetExceeded, ContextProfile, HeuristicCounter, profile
-from pydantic_ai_context._learned_limits import MIN_INPUT_CAP, LearnedLimits
-from pydantic_ai_context._overflow import Overflow
+from pydantic_ai_context.integration._learned_limits import MIN_INPUT_CAP, LearnedLimits
+from pydantic_ai_context.integration._overflow import Overflow
 
 
 def rejects_first(error: Exception) -> tuple[Any, list[int]]:

@@ -47,8 +47,8 @@ from pydantic_ai_context import (
     resolve_context_window,
     validate_view,
 )
-from pydantic_ai_context._overflow import context_overflow
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR
+from pydantic_ai_context.integration._overflow import context_overflow
 from pydantic_ai_context.tokens import default_counter
 
 from .realistic import definition_tokens, prose, strip_instructions

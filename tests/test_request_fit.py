@@ -23,8 +23,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import UsageLimits
 
 from pydantic_ai_context import ContextBudgetExceeded, ContextUsageEvent, profile
-from pydantic_ai_context._overflow import context_overflow
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR
+from pydantic_ai_context.integration._overflow import context_overflow
 from pydantic_ai_context.overhead import TOOL_OVERHEAD_TOKENS
 
 from .realistic import (

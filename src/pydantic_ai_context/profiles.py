@@ -14,62 +14,53 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import inspect
-import itertools
-import logging
 import math
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
-from . import _registry, _tracing
-from ._learned_limits import LearnedLimit, LearnedLimits
-from ._overflow import Overflow, context_overflow
-from ._parts import PYDANTIC_AI_MAJOR
-from ._scope import MemoScope, compiling, suspended
+from . import _registry, registry
+from ._scope import MemoScope, compiling
 from .archive import ContextArchive, ReadbackStore
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
 from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
-from .budget import ContextBudget, WindowSource, resolve_context_window
-from .errors import ContextBudgetExceeded, ContextSettingsError
+from .budget import ContextBudget, resolve_context_window
+from .dispatch import EventDispatch, run_events
+from .errors import ContextBudgetExceeded
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
-from .overhead import OverheadMemo, RequestOverhead, measure_overhead
+from .gauge import ContextGauge
+from .integration import processors
+from .integration._learned_limits import LearnedLimits
+from .integration.recovery import OverflowRecovery, tightened_window
+from .integration.request_path import HAS_PREPARE_HOOK, RequestPath
+from .integration.toolset import ReadbackTools
+from .overhead import OverheadMemo, RequestOverhead
 from .policies._summary_ahead import BackgroundSummaries
-from .readback import readback_toolset, shows_markers, with_readback_instruction
-from .request_tokens import weigh_request
-from .settings import (
-    check_keywords,
-    default_profile_name,
-    environment_overrides,
-    environment_sources,
-)
-from .tokens import TokenCounter, default_counter, measure_context
+from .registry import split_settings
+from .tokens import TokenCounter, default_counter
 from .views import CompileContext, Step, compile_view, step_name
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
 
-try:  # pydantic-ai >= 2.64: another attempt at the same request step
-    from pydantic_ai.exceptions import RetryModelRequest as _RetryModelRequest
-except ImportError:  # pragma: no cover - depends on the installed pydantic-ai
-    _RetryModelRequest = None  # type: ignore[assignment,misc]
-
-# pydantic-ai >= 2.64 runs `prepare_model_request` before every attempt, with the serving model.
-_HAS_PREPARE_HOOK: Final = hasattr(AbstractCapability, 'prepare_model_request')
-_STEPS_REMEMBERED: Final = 64
-
-__all__ = ('ContextProfile', 'available_profiles', 'profile', 'register_profile')
+__all__ = (
+    'ContextProfile',
+    'PresetFactory',
+    'available_profiles',
+    'preset_factory',
+    'profile',
+    'register_profile',
+    'split_settings',
+)
 
 _EVENTS_KEPT = 200
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True, repr=False)
@@ -144,67 +135,25 @@ class ContextProfile(AbstractCapability[Any]):
     """The context gauge of the latest compile, or `None` before the first."""
     last_overhead: RequestOverhead | None = field(default=None, init=False, compare=False)
     """What the latest request sent besides its messages (instructions, tool definitions), or `None`."""
-    _overhead_memo: OverheadMemo = field(default_factory=OverheadMemo, init=False, compare=False, repr=False)
-    # Limits learned from provider rejections, per model: evidence, re-tested (see `_learned_limits`).
-    _limits: LearnedLimits = field(default_factory=LearnedLimits, init=False, compare=False, repr=False)
-    # Rejections of the request step in progress, per (run id, run step).
-    _rejections: collections.OrderedDict[tuple[str | None, int], int] = field(
-        default_factory=collections.OrderedDict[tuple[str | None, int], int],
-        init=False,
-        compare=False,
-        repr=False,
-    )
-    # Numbers compiles; shared with the profile a copy records into (`recording_into`), so the
-    # events there never show two compiles with the same id.
-    _compile_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1), init=False, compare=False)
-    _records_into: ContextProfile | None = field(default=None, init=False, compare=False)
-    _last_compile_id: int = field(default=0, init=False, compare=False)
-    # Handlers whose failure was logged with its traceback; later failures log one line at DEBUG.
-    _failed_handlers: set[int] = field(default_factory=set[int], init=False, compare=False)
-    # The latest view and its run id: what that request was sent, to anchor the next gauge on the
-    # provider's usage (see `tokens.measure_context`).
-    _last_sent: tuple[str | None, list[ModelMessage]] | None = field(default=None, init=False, compare=False)
+    _overhead_memo: OverheadMemo = field(default_factory=OverheadMemo, init=False, compare=False)
     # The incremental state of the chain (see `_scope.MemoScope`): released with the profile.
     _scope: MemoScope = field(default_factory=MemoScope, init=False, compare=False)
     _archive: ContextArchive | None = field(default=None, init=False, compare=False)
-    _toolsets: dict[bool, FunctionToolset[Any]] = field(default_factory=dict, init=False, compare=False)
-    # Runs whose view has shown a marker: the instruction stays for the rest of the run.
-    _readback_runs: collections.OrderedDict[str, None] = field(
-        default_factory=collections.OrderedDict, init=False, compare=False
-    )
+    _tools: ReadbackTools = field(default_factory=ReadbackTools, init=False, compare=False)
     # Summaries written ahead in the background (see `policies._summary_ahead`): cancelled at the
     # end of their run (unless a session owns them), and when the profile is collected.
-    _background: BackgroundSummaries = field(
-        default_factory=BackgroundSummaries, init=False, compare=False, repr=False
-    )
+    _background: BackgroundSummaries = field(default_factory=BackgroundSummaries, init=False, compare=False)
     _background_outlives_runs: bool = field(default=False, init=False, compare=False, repr=False)
+    # The rooms of the ideas the profile delegates to (see `gauge`, `dispatch` and `integration`).
+    _gauge: ContextGauge = field(default_factory=ContextGauge, init=False, compare=False)
+    _events_room: EventDispatch = field(default_factory=EventDispatch, init=False, compare=False)
+    _request_path: RequestPath = field(default_factory=RequestPath, init=False, compare=False)
+    _recovery: OverflowRecovery = field(default_factory=OverflowRecovery, init=False, compare=False)
 
     def __post_init__(self) -> None:
         weakref.finalize(self, self._background.cancel_now)  # no summary task outlives its profile
         # Settings are checked when the profile is built, not at its first model request.
-        try:
-            check_keywords(_common_settings_factory, self._common_values(), preset=self.name)
-            if self.context_window is not None:
-                self.budget_for(None)  # the window leaves room for messages after what is reserved
-            if self.counter is not None and not all(
-                callable(getattr(self.counter, method, None)) for method in ('count_text', 'count_message')
-            ):
-                raise ContextSettingsError(
-                    f'profile {self.name!r}: invalid setting counter={self.counter!r}: expected a '
-                    'TokenCounter (such as TiktokenCounter() or HeuristicCounter())'
-                )
-        except ContextSettingsError:
-            raise
-        except (TypeError, ValueError) as exc:
-            raise ContextSettingsError(f'profile {self.name!r}: {exc}') from None
-
-    def _common_values(self) -> dict[str, Any]:
-        return {
-            'context_window': self.context_window,
-            'reserved_output': self.reserved_output,
-            'reserved_system': self.reserved_system,
-            'soft_threshold': self.soft_threshold,
-        }
+        registry.check_fields(self, lambda: self.budget_for(None))
 
     def __repr__(self) -> str:
         chain = ' -> '.join(['normalize', *(step_name(s) for s in self.steps)])
@@ -229,9 +178,9 @@ class ContextProfile(AbstractCapability[Any]):
         reserved_output = self.reserved_output
         if reserved_output is None:
             reserved_output = min(_DEFAULT_RESERVED_OUTPUT, tokens // 4)
-        learned = self._limits.in_force(_model_key(model))
+        learned = self._recovery.in_force(model)
         if learned is not None:
-            tokens, source = _tightened_window(tokens, source, learned, reserved_output=reserved_output)
+            tokens, source = tightened_window(tokens, source, learned, reserved_output=reserved_output)
         try:
             return ContextBudget(
                 context_window=tokens,
@@ -243,17 +192,8 @@ class ContextProfile(AbstractCapability[Any]):
         except ValueError as exc:
             if reserved_system <= 0:
                 raise
-            window_text = f'a {tokens:,}-token window'
-            if learned is not None and source == 'provider':
-                window_text = f'the {tokens:,}-token window {learned.describe()}'
-            raise ContextBudgetExceeded(
-                reserved_system + reserved_output,
-                tokens - math.ceil(tokens * _SAFETY_MARGIN),
-                detail=(
-                    f'the instructions and tool definitions ({reserved_system:,} tokens) and the reserved '
-                    f'output ({reserved_output:,}) leave no room for messages in {window_text}'
-                ),
-            ) from exc
+            learned_text = learned.describe() if learned is not None and source == 'provider' else None
+            raise _no_room(reserved_system, reserved_output, tokens, learned_text) from exc
 
     def counter_for(self, model: Any = None) -> TokenCounter:
         if self.counter is not None:
@@ -294,12 +234,12 @@ class ContextProfile(AbstractCapability[Any]):
         if model is None and ctx is not None:
             model = getattr(ctx, 'model', None)
         run_id = getattr(ctx, 'run_id', None) if ctx is not None else None
-        compile_id = next(self._compile_ids)
+        compile_id = self._events_room.next_id()
         counter = self.counter_for(model)
         # Inside the compile's scope: what is measured of the log (the newest instructions, the
         # archive's lineage fingerprints) resumes from what was measured of the previous one.
         with compiling(self._scope, messages) as generation:
-            overhead = self._measure_overhead(messages, ctx, counter, parameters)
+            overhead = self._gauge.overhead(messages, ctx, counter, parameters, self._overhead_memo)
             if budget is None:
                 budget = self.budget_for(model, overhead=overhead)
             sink = (
@@ -321,37 +261,24 @@ class ContextProfile(AbstractCapability[Any]):
                 if whole_log or ctx is None or self._background_outlives_runs
                 else None,
             )
-            happened: list[CompactionEvent] = []
-
-            async def on_event(event: CompactionEvent) -> None:
-                event = dataclasses.replace(event, profile=self.name, compile_id=compile_id)
-                happened.append(event)
-                self._record(event)
-                await self._dispatch(event)
-
+            happened, on_event = self._events_room.collector(self, compile_id)
             view = await compile_view(
                 messages, self.steps, context, on_event=on_event, count_tokens=bool(self.event_handlers)
             )
-            self._last_compile_id = compile_id
+            self._events_room.last_compile_id = compile_id
             if sink is not None:
                 self.archive.compiled(sink, view)
-            _tracing.record_compaction(
-                _tracing.tracer_for(ctx),
-                start_time=start_time,
-                profile=self.name,
-                events=happened,
-                messages_before=len(messages),
-                messages_after=len(view),
-                count_tokens=lambda: (counter.count_messages(messages), counter.count_messages(view)),
-                run_id=run_id,
-                compile_id=compile_id,
+            ids = (self.name, run_id, compile_id)
+            self._gauge.trace(
+                ctx, ids, start_time=start_time, events=happened, log=messages, view=view, counter=counter
             )
-            usage = self._measure(
-                view, messages, budget, counter, overhead=overhead, run_id=run_id, compile_id=compile_id
+            explicit = self.reserved_system is not None
+            usage = self._gauge.measure(
+                ids, view, messages, budget, counter, overhead=overhead, explicit=explicit
             )
             self._scope.seal(generation, view)
         self._set_gauge(usage, overhead)
-        self._last_sent = (run_id, view)
+        self._gauge.sent(run_id, view)
         await self.deliver_background_events()
         await self._dispatch(usage)
         return view
@@ -360,10 +287,7 @@ class ContextProfile(AbstractCapability[Any]):
 
     async def deliver_background_events(self) -> None:
         """Record and send the `summary_discarded` events of summaries made ahead and never used."""
-        for event in self._background.take_events():
-            event = dataclasses.replace(event, profile=self.name)
-            self._record(event)
-            await self._dispatch(event)
+        await self._events_room.deliver(self, self._background.take_events())
 
     async def settle_background(self) -> None:
         """Wait until the summaries this profile is writing ahead have landed (or failed).
@@ -392,133 +316,60 @@ class ContextProfile(AbstractCapability[Any]):
                 await self._background.end_run(getattr(ctx, 'run_id', None))
                 await self.deliver_background_events()
 
-    def _measure_overhead(
-        self, messages: Sequence[ModelMessage], ctx: Any, counter: TokenCounter, parameters: Any
-    ) -> RequestOverhead:
-        definitions = None
-        if parameters is None and ctx is not None:
-            definitions = _run_tool_definitions(ctx)
-        return measure_overhead(
-            messages,
-            counter=counter,
-            parameters=parameters,
-            tool_definitions=definitions,
-            memo=self._overhead_memo,
-        )
-
-    def _measure(
-        self,
-        view: list[ModelMessage],
-        log: Sequence[ModelMessage],
-        budget: ContextBudget,
-        counter: TokenCounter,
-        *,
-        overhead: RequestOverhead,
-        run_id: str | None,
-        compile_id: int,
-    ) -> ContextUsageEvent:
-        reading = None
-        if self._last_sent is not None and self._last_sent[0] == run_id:
-            reading = measure_context(
-                view, counter=counter, sent=self._last_sent[1], reserved_system=budget.reserved_system
-            )
-        if reading is None or not reading.anchored:
-            reading = measure_context(view, counter=counter, log=log, reserved_system=budget.reserved_system)
-        explicit = self.reserved_system is not None
-        # The request as pydantic-ai sends it (replay, inspect and history_stats weigh it the same way).
-        weight = weigh_request(view, counter=counter, overhead=None if explicit else overhead)
-        if (
-            reading.anchored
-            and reading.provider_tokens < budget.reserved_system + weight.counted_instructions_tokens
-        ):
-            # A "provider" that did not count the tools or the instructions (a test model's estimate,
-            # a recorded log's usage) anchors nothing.
-            reading = measure_context(view, counter=counter, reserved_system=budget.reserved_system)
-        counted_instructions = weight.counted_instructions_tokens
-        instructions = weight.instructions_tokens
-        tools = budget.reserved_system if explicit else weight.tools_tokens
-        message_tokens = max(0, reading.tokens - counted_instructions)
-        return ContextUsageEvent(
-            message_tokens=message_tokens,
-            instructions_tokens=instructions,
-            tools_tokens=tools,
-            view_tokens=reading.tokens,
-            used_tokens=message_tokens + instructions + tools,
-            window_tokens=budget.context_window,
-            limit_tokens=budget.limit,
-            soft_limit_tokens=budget.soft_limit,
-            window_source=budget.window_source,
-            anchored=reading.anchored,
-            estimated_tokens=reading.estimated_tokens,
-            messages=len(view),
-            log_messages=len(log),
-            compacted=len(view) != len(log) or any(a is not b for a, b in zip(view, log, strict=False)),
-            run_id=run_id,
-            profile=self.name,
-            compile_id=compile_id,
-        )
+    # --- events (see `dispatch`) ----------------------------------------------------------------
 
     async def _dispatch(self, event: ContextEvent) -> None:
         """Send `event` to every handler; a handler that raises is logged, never propagated."""
-        for handler in self.event_handlers:
-            try:
-                # The handler is the application's code: the profile's incremental state is not for it.
-                with suspended():
-                    result = handler(event)
-                    if inspect.isawaitable(result):
-                        await result
-            except Exception:
-                self._handler_failed(handler, event)
-
-    def _handler_failed(self, handler: EventHandler, event: ContextEvent) -> None:
-        name = _handler_name(handler)
-        if id(handler) in self._failed_handlers:
-            logger.debug('event handler %s raised again on a %s event', name, event.kind, exc_info=True)
-            return
-        self._failed_handlers.add(id(handler))
-        logger.exception(
-            'event handler %s of profile %r raised on a %s event; the run goes on (further errors '
-            'of this handler are logged at DEBUG)',
-            name,
-            self.name,
-            event.kind,
-        )
+        await self._events_room.send(self, event)
 
     def _record(self, event: CompactionEvent) -> None:
-        self.events.append(event)
-        if self._records_into is not None:
-            self._records_into._record(event)
+        self._events_room.record(self, event)
 
     def _set_gauge(self, usage: ContextUsageEvent | None, overhead: RequestOverhead | None) -> None:
         """Keep the latest gauge, here and on the profile this copy records into (a session's)."""
-        self.last_usage = usage
-        self.last_overhead = overhead
-        if self._records_into is not None:
-            self._records_into._set_gauge(usage, overhead)
+        self._events_room.set_gauge(self, usage, overhead)
 
     def recording_into(self, original: ContextProfile) -> ContextProfile:
         """Also record this profile's compaction events in `original.events`, and its gauge in
         `original.last_usage` and `original.last_overhead` (and number compiles with its counter);
         returns `self`. A `ContextSession` compiles with a copy of the profile it was given, so that
         `original.run_events()` and `original.last_usage` still show what happened in a run."""
-        self._records_into = original
-        self._compile_ids = original._compile_ids
+        self._events_room.record_into(original, original._events_room)
         return self
 
     @property
     def last_compile_events(self) -> list[CompactionEvent]:
         """The compaction events of the latest finished compile (empty if it changed nothing)."""
-        return [e for e in self.events if e.compile_id == self._last_compile_id]
+        return [e for e in self.events if e.compile_id == self._events_room.last_compile_id]
 
     def run_events(self, run_id: str | None = None) -> list[CompactionEvent]:
         """The kept compaction events of agent run `run_id` (default: the run of the newest event)."""
-        if run_id is None:
-            if not self.events:
-                return []
-            run_id = self.events[-1].run_id
-        return [e for e in self.events if e.run_id == run_id]
+        return run_events(self.events, run_id)
 
-    # --- the request path -----------------------------------------------------------------------
+    # --- reading back ---------------------------------------------------------------------------
+
+    @property
+    def archive(self) -> ContextArchive:
+        """The side store of originals this profile's markers name, behind `read_context`."""
+        if self._archive is None:
+            self._archive = ContextArchive(self.readback_store)
+        return self._archive
+
+    def get_toolset(self) -> FunctionToolset[Any] | None:
+        """As a capability: `read_context` and `search_context` (the instruction comes with the view)."""
+        return self._tools.toolset(self.archive, instructions=False) if self.readback else None
+
+    @property
+    def toolset(self) -> FunctionToolset[Any]:
+        """`read_context` and `search_context` for an agent that compiles through `history_processors`
+        (pydantic-ai 1.x), `process_history()` or `compile()`: `Agent(..., toolsets=[p.toolset])`.
+
+        It carries the read-back instruction for requests whose history holds a marker. Not needed
+        (and a name clash) with the profile as a capability, which contributes the same tools.
+        """
+        return self._tools.toolset(self.archive, instructions=True)
+
+    # --- the pydantic-ai integration (see `integration`): the hooks delegate to its rooms ------
 
     async def compile_request(
         self,
@@ -534,120 +385,26 @@ class ContextProfile(AbstractCapability[Any]):
         Raises `ContextBudgetExceeded` (before anything is sent) when the compiled view, with the
         instructions and tool definitions it travels with, is over the budget.
         """
-        try:
-            view = await self.compile(messages, ctx, model=model, parameters=parameters, whole_log=whole_log)
-        except ContextBudgetExceeded as exc:
-            notes: list[str] = []
-            rejected = self._rejections.get(_step_key(ctx), 0)
-            if rejected:
-                notes.append(f'the provider rejected {rejected} earlier attempt(s) as too long')
-            learned = self._limits.get(
-                _model_key(model if model is not None else getattr(ctx, 'model', None))
-            )
-            if learned is not None and not learned.retesting and 'learned from' not in exc.detail:
-                notes.append(f'the limit in force was {learned.describe()}')
-            if not notes:
-                raise
-            raise ContextBudgetExceeded(
-                exc.used, exc.limit, detail='; '.join([exc.detail, *notes]), policy=exc.policy
-            ) from exc
-        usage = self.last_usage
-        assert usage is not None
-        # An unknown model's window is a guess: the policies fit it, but only a known one refuses.
-        known = usage.window_source != 'default'
-        if known and usage.estimated_tokens is not None and usage.estimated_tokens > usage.limit_tokens:
-            extra = usage.used_tokens - usage.budget_tokens
-            window_text = f'the {usage.window_tokens:,}-token window'
-            learned = self._limits.get(
-                _model_key(model if model is not None else getattr(ctx, 'model', None))
-            )
-            if usage.window_source == 'provider' and learned is not None:
-                window_text += f' {learned.describe()}'
-            raise ContextBudgetExceeded(
-                usage.estimated_tokens + extra,
-                usage.limit_tokens + extra,
-                detail=(
-                    f'the compiled view ({usage.estimated_tokens:,} tokens) with its instructions and tool '
-                    f'definitions does not fit {window_text}; nothing was sent'
-                ),
-                policy=self.name,
-            )
-        return view
+        return await self._request_path.compile_request(
+            self, messages, ctx, model=model, parameters=parameters, whole_log=whole_log
+        )
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """pydantic-ai 2.62–2.63 and 1.x: replace this request's messages with the compiled view.
-
-        On pydantic-ai >= 2.64 the view is compiled per attempt in `prepare_model_request` instead,
-        once the serving model is known.
-        """
-        if not _HAS_PREPARE_HOOK:
-            request_context.messages = await self._compile_attempt(ctx, request_context)
+        """pydantic-ai 2.62–2.63 and 1.x: this request's messages become the compiled view (on >= 2.64,
+        `prepare_model_request` compiles per attempt instead; see `integration.request_path`)."""
+        if not HAS_PREPARE_HOOK:
+            request_context.messages = await self._request_path.compile_attempt(self, ctx, request_context)
         return request_context
 
     async def prepare_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """pydantic-ai >= 2.64: compile this attempt's view for the model that serves it.
-
-        Only this attempt's messages change (non-destructive); a fallback to a model with a
-        smaller window gets a view that fits that model.
-        """
-        request_context.messages = await self._compile_attempt(ctx, request_context)
+        """pydantic-ai >= 2.64: this attempt's messages (only) become the view compiled for the model that
+        serves it: a fallback to a model with a smaller window gets a view that fits it."""
+        request_context.messages = await self._request_path.compile_attempt(self, ctx, request_context)
         return request_context
-
-    async def _compile_attempt(
-        self, ctx: RunContext[Any], request_context: ModelRequestContext
-    ) -> list[ModelMessage]:
-        # The canonical log is the run's history; pydantic-ai 1.x writes the view back to it, so
-        # there the log is not whole and the read-back tools read the side store.
-        instructed = self._readback_instructed(ctx)
-        parameters = request_context.model_request_parameters
-        if instructed:
-            parameters = _with_instruction(parameters)
-        view = await self.compile_request(
-            list(request_context.messages),
-            ctx,
-            model=request_context.model,
-            parameters=parameters,
-            whole_log=PYDANTIC_AI_MAJOR >= 2,
-        )
-        if self.readback and not instructed and shows_markers(view):
-            # The first view with a marker: from here on the run's requests carry the instruction
-            # (its few tokens, new this once, are within the budget's safety margin).
-            self._mark_instructed(ctx)
-            parameters = _with_instruction(parameters)
-            self._remeasure_instructions(view, request_context.model, parameters)
-        request_context.model_request_parameters = parameters
-        return view
-
-    def _readback_instructed(self, ctx: Any) -> bool:
-        run_id = getattr(ctx, 'run_id', None)
-        return self.readback and run_id is not None and run_id in self._readback_runs
-
-    def _mark_instructed(self, ctx: Any) -> None:
-        run_id = getattr(ctx, 'run_id', None)
-        if run_id is None:
-            return
-        self._readback_runs[run_id] = None
-        while len(self._readback_runs) > 1_024:
-            self._readback_runs.popitem(last=False)
-
-    def _remeasure_instructions(self, view: Sequence[ModelMessage], model: Any, parameters: Any) -> None:
-        """Bring the gauge up to date with the instructions the request now sends."""
-        overhead = measure_overhead(
-            view, counter=self.counter_for(model), parameters=parameters, memo=self._overhead_memo
-        )
-        usage = self.last_usage
-        if usage is not None and self.reserved_system is None:
-            usage = dataclasses.replace(
-                usage,
-                instructions_tokens=overhead.instructions_tokens,
-                tools_tokens=overhead.tools_tokens,
-                used_tokens=usage.message_tokens + overhead.instructions_tokens + overhead.tools_tokens,
-            )
-        self._set_gauge(usage, overhead)
 
     async def on_model_request_error(
         self,
@@ -656,171 +413,20 @@ class ContextProfile(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         error: Exception,
     ) -> ModelResponse:
-        """When the provider rejects the request as too long: compile tighter and try again.
+        """When the provider rejects the request as too long: learn its limit, compile tighter and try again
+        (at most `max_overflow_retries` times, then `ContextBudgetExceeded`; see `integration.recovery`)."""
+        return await self._recovery.on_error(self, ctx, request_context, error)
 
-        The rejected attempt's size (as counted here) and the limit the error states, if plausible,
-        are learned for that model as evidence (see `_learned_limits`: bounded below by what a
-        request needs, re-tested after a while, lifted by a success above it); the attempt is retried
-        with `RetryModelRequest` (pydantic-ai >= 2.64), else by sending the tighter view directly.
-        At most `max_overflow_retries` times per request, then `ContextBudgetExceeded`. Any other
-        error is re-raised unchanged.
-        """
-        overflow = context_overflow(error)
-        if overflow is None:
-            raise error
-        model = request_context.model
-        key = _step_key(ctx)
-        while True:
-            rejected, fixed = self._request_total(
-                request_context.messages, model, request_context.model_request_parameters
-            )
-            retries = self._rejections.get(key, 0)
-            learned = self._learn_limit(model, overflow, rejected, fixed)
-            if retries >= self.max_overflow_retries:
-                self._rejections.pop(key, None)
-                ignored = ''
-                if overflow.limit is not None and (learned is None or learned.stated != overflow.limit):
-                    ignored = (
-                        f'; the {overflow.limit:,}-token window it stated is not plausible and was ignored'
-                    )
-                raise ContextBudgetExceeded(
-                    rejected,
-                    _rejected_limit(learned, rejected),
-                    detail=(
-                        f'the provider rejected the request as too long {retries + 1} times '
-                        f'({overflow.message}); the last attempt had {rejected:,} tokens by this counter{ignored}'
-                    ),
-                    policy=self.name,
-                ) from error
-            self._rejections[key] = retries + 1
-            self._rejections.move_to_end(key)
-            while len(self._rejections) > _STEPS_REMEMBERED:
-                self._rejections.popitem(last=False)
-            self._last_sent = None  # the rejected attempt measured nothing
-            await self._report_rejection(ctx, request_context, overflow, rejected, learned)
-            if _RetryModelRequest is not None:
-                raise _RetryModelRequest()
-            # pydantic-ai < 2.64 cannot attempt the step again: send the tighter view ourselves.
-            log = list(getattr(ctx, 'messages', None) or request_context.messages)
-            view = await self.compile_request(
-                log,
-                ctx,
-                model=model,
-                parameters=request_context.model_request_parameters,
-                whole_log=PYDANTIC_AI_MAJOR >= 2,
-            )
-            request_context.messages = view
-            try:
-                response = await model.request(
-                    view, request_context.model_settings, request_context.model_request_parameters
-                )
-            except Exception as again:
-                next_overflow = context_overflow(again)
-                if next_overflow is None:
-                    raise
-                overflow, error = next_overflow, again
-                continue
-            self._rejections.pop(key, None)
-            return response
-
-    def _request_total(
-        self, messages: Sequence[ModelMessage], model: Any, parameters: Any
-    ) -> tuple[int, int]:
-        """(all the tokens the request sends, the part of them that is instructions and tools)."""
-        counter = self.counter_for(model)
-        overhead = measure_overhead(
-            messages, counter=counter, parameters=parameters, memo=self._overhead_memo
-        )
-        fixed = self.reserved_system if self.reserved_system is not None else overhead.reserve
-        return counter.count_messages(messages) + overhead.reserve, fixed
-
-    def _learn_limit(self, model: Any, overflow: Overflow, rejected: int, fixed: int) -> LearnedLimit | None:
-        """Weigh what the provider told about `model`'s limit; the limit now learned, if any."""
-        reserved_output = self.reserved_output
-        if reserved_output is None:
-            window = resolve_context_window(model, explicit=self.context_window).tokens
-            reserved_output = min(_DEFAULT_RESERVED_OUTPUT, window // 4)
-        return self._limits.learn(
-            _model_key(model),
-            overflow,
-            rejected,
-            fixed=fixed,
-            reserved_output=reserved_output,
-            shrink=self.overflow_shrink,
-        )
+    @property
+    def _limits(self) -> LearnedLimits:  # the limits learned from provider rejections
+        return self._recovery.limits
 
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
         """A request the provider accepted: a learned limit it went past is lifted."""
-        key = _model_key(request_context.model)
-        if self._limits.get(key) is not None:
-            sent, _ = self._request_total(
-                request_context.messages, request_context.model, request_context.model_request_parameters
-            )
-            self._limits.succeeded(key, sent)
+        self._recovery.accepted(self, request_context)
         return response
-
-    async def _report_rejection(
-        self,
-        ctx: Any,
-        request_context: ModelRequestContext,
-        overflow: Overflow,
-        rejected: int,
-        learned: LearnedLimit | None,
-    ) -> None:
-        limit = f'; the provider states a {overflow.limit:,}-token window' if overflow.limit else ''
-        cap = learned.cap if learned is not None else None
-        if cap is not None:
-            within = f'; retrying within a learned cap of {cap:,} input tokens'
-        elif learned is not None and learned.stated is not None:
-            within = f'; retrying within the learned {learned.stated:,}-token window'
-        else:
-            within = '; retrying as is: the rejection teaches no plausible limit'
-        event = CompactionEvent(
-            policy='provider_rejected',
-            reason=f'the provider rejected the request as too long ({overflow.message}, {rejected:,} tokens '
-            f'by this counter{limit}){within}',
-            messages_before=len(request_context.messages),
-            messages_after=len(request_context.messages),
-            details={'rejected_tokens': rejected, 'provider_limit': overflow.limit, 'input_cap': cap},
-            run_id=getattr(ctx, 'run_id', None),
-            profile=self.name,
-            compile_id=next(self._compile_ids),
-        )
-        self._record(event)
-        await self._dispatch(event)
-
-    # --- reading back ---------------------------------------------------------------------------
-
-    @property
-    def archive(self) -> ContextArchive:
-        """The side store of originals this profile's markers name, behind `read_context`."""
-        if self._archive is None:
-            self._archive = ContextArchive(self.readback_store)
-        return self._archive
-
-    def get_toolset(self) -> FunctionToolset[Any] | None:
-        """As a capability: `read_context` and `search_context` (the instruction comes with the view)."""
-        return self._readback_toolset(instructions=False) if self.readback else None
-
-    @property
-    def toolset(self) -> FunctionToolset[Any]:
-        """`read_context` and `search_context` for an agent that compiles through `history_processors`
-        (pydantic-ai 1.x), `process_history()` or `compile()`: `Agent(..., toolsets=[p.toolset])`.
-
-        It carries the read-back instruction for requests whose history holds a marker. Not needed
-        (and a name clash) with the profile as a capability, which contributes the same tools.
-        """
-        return self._readback_toolset(instructions=True)
-
-    def _readback_toolset(self, *, instructions: bool) -> FunctionToolset[Any]:
-        found = self._toolsets.get(instructions)
-        if found is None:
-            found = self._toolsets[instructions] = readback_toolset(self.archive, instructions=instructions)
-        return found
-
-    # --- pydantic-ai integration --------------------------------------------------------------
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -831,27 +437,18 @@ class ContextProfile(AbstractCapability[Any]):
         return self
 
     @property
-    def history_processors(
-        self,
-    ) -> list[Callable[[RunContext[Any], list[ModelMessage]], Awaitable[list[ModelMessage]]]]:
+    def history_processors(self) -> list[processors.HistoryProcessor]:
         """For `Agent(history_processors=...)` on pydantic-ai 1.x: the view replaces the run's history.
 
         A history processor sees the run's tool definitions but not native tools, a native output
         schema or prompted-output instructions (set `reserved_system` for those), and cannot
         retry a request the provider rejects as too long: use the capability where you can.
         """
-
-        async def compile_history(ctx: RunContext[Any], messages: list[ModelMessage]) -> list[ModelMessage]:
-            return await self.compile_request(messages, ctx)
-
-        compile_history.__name__ = f'{self.name}_profile'
-        return [compile_history]
+        return [processors.history_processor(self)]
 
     def process_history(self) -> AbstractCapability[Any]:
         """Opt-in destructive mode on 2.x: `ProcessHistory` that makes the view the run's history."""
-        from pydantic_ai.capabilities import ProcessHistory
-
-        return ProcessHistory(self.history_processors[0])
+        return processors.process_history(self)
 
     def replace(self, **changes: Any) -> ContextProfile:
         """A copy with some settings changed (presets are rebuilt from their settings).
@@ -860,78 +457,15 @@ class ContextProfile(AbstractCapability[Any]):
         `'custom'`, so a later `replace` keeps its chain instead of rebuilding the preset's.
         """
         if self.name in _PRESETS and not ({'steps'} & changes.keys()):
-            merged = {**self._overrides(), **changes}
+            merged = {**registry.preset_settings(self), **changes}
             return profile(self.name, **merged)
         if 'steps' in changes and 'name' not in changes and self.name in _PRESETS:
             changes = {**changes, 'name': 'custom'}
         # A copy observes its own compiles: it must not share the event history.
         return dataclasses.replace(self, **{'events': collections.deque(maxlen=_EVENTS_KEPT), **changes})
 
-    def _overrides(self) -> dict[str, Any]:
-        base = {
-            'readback': self.readback,
-            'readback_store': self.readback_store,
-            'context_window': self.context_window,
-            'reserved_output': self.reserved_output,
-            'reserved_system': self.reserved_system,
-            'soft_threshold': self.soft_threshold,
-            'max_overflow_retries': self.max_overflow_retries,
-            'overflow_shrink': self.overflow_shrink,
-            'counter': self.counter,
-            'summary_model': self.summary_model,
-            'on_event': tuple(self.event_handlers),
-        }
-        return {**base, **self.settings}
 
-
-def _handler_name(handler: Any) -> str:
-    inner = getattr(handler, 'handler', handler)  # an `_OnlyKind` wrapper names the user's function
-    name = getattr(inner, '__qualname__', None) or getattr(inner, '__name__', None)
-    return str(name) if name else repr(inner)
-
-
-@dataclass(frozen=True)
-class _OnlyKind:
-    """An event handler that passes one kind of event to `handler` (`on_compaction=`, `on_usage=`)."""
-
-    kind: type[CompactionEvent] | type[ContextUsageEvent]
-    handler: Callable[[Any], Awaitable[None] | None]
-
-    def __call__(self, event: ContextEvent) -> Awaitable[None] | None:
-        if isinstance(event, self.kind):
-            return self.handler(event)
-        return None
-
-
-def _common_settings_factory(
-    *,
-    context_window: int | None = None,
-    reserved_output: int | None = None,
-    reserved_system: int = 0,
-    soft_threshold: float = 0.75,
-) -> None:
-    """Stands for "a preset with only the common settings" when checking `ContextProfile` fields."""
-
-
-# --- presets ----------------------------------------------------------------------------------
-
-_COMMON = frozenset(
-    {
-        'context_window',
-        'reserved_output',
-        'reserved_system',
-        'soft_threshold',
-        'max_overflow_retries',
-        'overflow_shrink',
-        'counter',
-        'summary_model',
-        'on_event',
-        'on_compaction',
-        'on_usage',
-        'readback',
-        'readback_store',
-    }
-)
+# --- presets: the typed entry points of the registry (see `registry`) ----------------------------
 
 PresetFactory = Callable[..., ContextProfile]
 _PRESETS = _registry.PRESETS  # the same dict: tests and plugins may register through either
@@ -965,11 +499,7 @@ def register_profile(name: str, factory: PresetFactory) -> None:
         # ContextProfile(name='lean', chain=[normalize -> mask_observations -> fit_to_budget], context_window=32000)
         ```
     """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f'a profile name must be a non-empty str, got {name!r}')
-    if not callable(factory):
-        raise TypeError(f'profile {name!r}: the factory must be callable, got {factory!r}')
-    _registry.register(name, factory)
+    registry.register(name, factory)
 
 
 def available_profiles() -> list[str]:
@@ -1015,124 +545,19 @@ def profile(name: str | None = None, **overrides: Any) -> ContextProfile:
         assert p.name == 'transparent' and p.context_window == 64_000
         ```
     """
-    if name is None:
-        name = default_profile_name()
-    factory = preset_factory(name)
-    own = _own_settings(factory)
-    unknown = sorted(set(overrides) - _COMMON - own)
-    if unknown:
-        raise TypeError(
-            f'profile {name!r} got unknown setting(s) {", ".join(map(repr, unknown))}; '
-            f'accepted: {", ".join(sorted(_COMMON | own))}'
-        )
-    check_keywords(factory, overrides, preset=name)
-    environment = environment_overrides(factory, skip=overrides.keys())
-    settings = {**environment, **overrides}
-    try:
-        built = factory(**settings)
-    except ValueError as exc:
-        # A combination no single setting's check catches (a window too small for what it
-        # reserves), or a preset's own check: say which values came from the environment.
-        sources = environment_sources(environment)
-        where = f' (from the environment: {", ".join(sources.values())})' if sources else ''
-        detail = str(exc).removeprefix(f'profile {name!r}: ')
-        raise ContextSettingsError(f'profile {name!r}: {detail}{where}') from exc
-    if not built.settings:
-        # The preset's own settings as resolved (defaults included), derived from its signature,
-        # so `replace()` can rebuild it and a user can print what it runs with.
-        bound = inspect.signature(factory).bind_partial(**settings)
-        bound.apply_defaults()
-        built.settings = {k: v for k, v in bound.arguments.items() if k in own}
-    return built
+    return registry.build(name, overrides)  # type: ignore[no-any-return]
 
 
-def _own_settings(factory: PresetFactory) -> frozenset[str]:
-    params = inspect.signature(factory).parameters.values()
-    return frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY) - _COMMON
-
-
-def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Separate the common settings (as `ContextProfile` fields) from a preset's own."""
-    common = {k: v for k, v in settings.items() if k in _COMMON}
-    own = {k: v for k, v in settings.items() if k not in _COMMON}
-    handlers: list[EventHandler] = _handlers(common.pop('on_event', None))
-    handlers += [_OnlyKind(CompactionEvent, h) for h in _handlers(common.pop('on_compaction', None))]
-    handlers += [_OnlyKind(ContextUsageEvent, h) for h in _handlers(common.pop('on_usage', None))]
-    if handlers:
-        common['event_handlers'] = tuple(handlers)
-    return common, own
-
-
-# --- helpers of the request path ----------------------------------------------------------------
-
-
-def _model_key(model: Any) -> str:
-    """A model's identity for limits learned from its provider: its id, else system and name."""
-    if model is None:
-        return ''
-    if isinstance(model, str):
-        return model
-    model_id = getattr(model, 'model_id', None)
-    if isinstance(model_id, str) and model_id:
-        return model_id
-    return f'{getattr(model, "system", "")}:{getattr(model, "model_name", type(model).__name__)}'
-
-
-def _tightened_window(
-    tokens: int, source: WindowSource, learned: LearnedLimit, *, reserved_output: int
-) -> tuple[int, WindowSource]:
-    """The window after what a provider's rejections taught: its stated window, and an input cap."""
-    stated, cap = learned.stated, learned.cap
-    if stated is not None and stated < tokens:
-        tokens, source = stated, 'provider'
-    if cap is not None:
-        # The window whose message limit lets messages + reserved_system reach `cap` and no more.
-        capped = math.floor((cap + reserved_output) / (1 - _SAFETY_MARGIN))
-        if capped < tokens:
-            tokens, source = max(capped, 1), 'provider'
-    return tokens, source
-
-
-def _rejected_limit(learned: LearnedLimit | None, rejected: int) -> int:
-    """The limit a rejected request was over, as far as is known: the learned cap or window, else just under it."""
-    known = [n for n in (learned.cap, learned.stated) if n is not None] if learned is not None else []
-    return min([*known, rejected - 1]) if known else max(0, rejected - 1)
-
-
-def _with_instruction(parameters: Any) -> Any:
-    """`parameters` with the read-back instruction among its instruction parts."""
-    return dataclasses.replace(
-        parameters, instruction_parts=with_readback_instruction(parameters.instruction_parts)
+def _no_room(
+    reserved_system: int, reserved_output: int, tokens: int, learned: str | None
+) -> ContextBudgetExceeded:
+    """The refusal of a window whose instructions, tool definitions and reserved output leave no room."""
+    window_text = f'the {tokens:,}-token window {learned}' if learned else f'a {tokens:,}-token window'
+    return ContextBudgetExceeded(
+        reserved_system + reserved_output,
+        tokens - math.ceil(tokens * _SAFETY_MARGIN),
+        detail=(
+            f'the instructions and tool definitions ({reserved_system:,} tokens) and the reserved '
+            f'output ({reserved_output:,}) leave no room for messages in {window_text}'
+        ),
     )
-
-
-def _step_key(ctx: Any) -> tuple[str | None, int]:
-    """The request step in progress: (run id, run step)."""
-    return (getattr(ctx, 'run_id', None), getattr(ctx, 'run_step', 0) or 0)
-
-
-def _run_tool_definitions(ctx: Any) -> list[Any] | None:
-    """The run's tool definitions, as a history processor's `RunContext` knows them, or `None`."""
-    manager = getattr(ctx, 'tool_manager', None)
-    if manager is None or getattr(manager, 'tools', None) is None:
-        return None
-    try:
-        return list(manager.tool_defs)
-    except Exception:  # a tool manager not prepared for this step knows no definitions yet
-        return None
-
-
-def _handlers(given: Any) -> list[EventHandler]:
-    """One callable or a sequence of them, as a list; `TypeError` for anything else."""
-    if given is None:
-        return []
-    if callable(given):
-        items = [given]
-    elif isinstance(given, str | bytes) or not isinstance(given, Iterable):
-        raise TypeError(f'an event handler must be callable (or a sequence of callables), got {given!r}')
-    else:
-        items = list(given)
-    for item in items:
-        if not callable(item):
-            raise TypeError(f'an event handler must be callable, got {item!r}')
-    return items

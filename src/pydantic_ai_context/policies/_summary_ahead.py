@@ -9,7 +9,7 @@ request waits for it. With it (`SummarizeWindow(ahead=True)`, on in every summar
   answers and the tools run. The span is planned so that, used when the view reaches the limit,
   the summary shrinks it to the low-water mark;
 - the summary lands in the summary cache under the key the synchronous path would use, so the
-  compile that crosses the trigger finds it there (`_walk_chain`) and makes no call. It is known
+  compile that crosses the trigger finds it there (`walk_chain`) and makes no call. It is known
   by the log messages it covers (`adopt`): when a mask or trim frontier moved over its span while
   it was written, it is filed under the span's key as the span renders now;
 - when the trigger is crossed and no cached summary shrinks the view under it, the compile does
@@ -28,6 +28,11 @@ conversation (the task framing's digest names it). Tasks belong to their profile
 the session closes, when the profile is garbage-collected, and at interpreter exit. A summary
 made and never used is reported as a `CompactionEvent` whose reason starts with
 `summary_discarded` (with its tokens); a failure is logged and counted, never raised into the run.
+
+This module decides what to summarise ahead and when, and reads its policy through `AheadPolicy`
+(public methods of `SummarizeWindow`; `summarize` imports this module, never the reverse). The
+registry of tasks, `BackgroundSummaries`, is in `_summary_tasks.py` (its name stays importable
+from here).
 """
 
 from __future__ import annotations
@@ -101,6 +106,7 @@ class Interim:
 
 _MIN_TAIL_SHARE: Final = 0.1
 _INTERIM_FACT_SHARE: Final = 0.05
+"""Share of the limit the interim marker's fact list may take (a summary is about that size)."""
 
 
 class AheadPolicy(Protocol):

@@ -213,10 +213,10 @@ def adopt(
     renders now. The view stays a function of the log, the budget and the cache.
     """
     registry = context.background
-    if registry is None or not registry._made:
+    if registry is None or not registry.made():
         return
     size = policy.summary_tokens(context, zones)
-    for made in list(registry._made.values()):
+    for made in registry.made():
         span = made.span
         if span is None or span.log_digest is None or span.policy != policy.name:
             continue
@@ -298,7 +298,7 @@ def start_if_due(
     elif policy.ledger.count(messages, 0, len(messages), context.counter) <= low:
         return  # the view sent is never larger than the input
     conversation = _conversation(policy, zones)
-    found = registry._pending.get(conversation)
+    found = registry.in_flight(conversation)
     if found is not None and found.task is not None and not found.task.done():
         return  # at most one in flight per conversation
     chain = _chain(policy, messages, zones, model, context)
@@ -409,7 +409,7 @@ async def instead_of_waiting(
         return None
     conversation = _conversation(policy, zones)
     chain = _chain(policy, messages, zones, model, context)
-    pending = registry._pending.get(conversation)
+    pending = registry.in_flight(conversation)
     live = pending is not None and pending.task is not None and not pending.task.done()
     if (
         live
@@ -425,8 +425,7 @@ async def instead_of_waiting(
             return None
         started = time.perf_counter()
         await asyncio.wait({pending.task})
-        registry._counts['waited'] += 1
-        registry.waited_seconds += time.perf_counter() - started
+        registry.waited(time.perf_counter() - started)
         chain = _chain(policy, messages, zones, model, context)
         if chain.projected > budget.limit:
             return None
@@ -472,7 +471,7 @@ def _interim(
     if found is not None:
         return found
     registry = context.background
-    pending = registry._pending.get(conversation) if registry is not None else None
+    pending = registry.in_flight(conversation) if registry is not None else None
     if pending is None or pending.task is None or pending.task.done() or pending.policy != policy.name:
         return None
     start, end = zones.input_index(pending.start_log), zones.input_index(pending.end_log)
@@ -512,8 +511,9 @@ def _reserved(
     size = policy.summary_tokens(context, zones)
     base = digest_text(previous) if previous and start > zones.start else zones.previous_digest
     slot = _slot(policy, messages, start, base, model, size)
-    if registry._pending:  # a frontier moved over the span: file the marker under its key now
-        for pending in registry._pending.values():
+    spans = registry.spans()
+    if spans:  # a frontier moved over the span: file the marker under its key now
+        for pending in spans:
             end = zones.input_index(pending.end_log)
             if not (
                 pending.interim
@@ -633,7 +633,7 @@ def settle(
     """The view now holds the summary up to `end`: the summaries made ahead on its chain were used
     (their usage is noted on this compile, as if it had made them)."""
     registry = context.background
-    if registry is None or not registry._made:
+    if registry is None or not registry.made():
         return
     size = policy.summary_tokens(context, zones)
     ends = step_ends(messages, zones, end, policy.step_messages)

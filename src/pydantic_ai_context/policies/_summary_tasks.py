@@ -96,6 +96,23 @@ class BackgroundSummaries:
         """Summaries in flight."""
         return sum(1 for p in self._pending.values() if p.task is not None and not p.task.done())
 
+    def in_flight(self, conversation: str) -> Pending | None:
+        """The summary started for `conversation` and not yet finished (its task may be done)."""
+        return self._pending.get(conversation)
+
+    def spans(self) -> list[Pending]:
+        """The summaries started and not yet finished, for every conversation."""
+        return list(self._pending.values())
+
+    def made(self) -> list[Made]:
+        """The summaries made ahead and not yet used."""
+        return list(self._made.values())
+
+    def waited(self, seconds: float) -> None:
+        """A compile waited `seconds` for a summary in flight."""
+        self._counts['waited'] += 1
+        self.waited_seconds += seconds
+
     def take_events(self) -> list[CompactionEvent]:
         """The `summary_discarded` events not yet delivered (the profile sends them to its handlers)."""
         events, self._events = self._events, []

@@ -216,4 +216,4 @@ def test_a_summary_cache_key_reads_lone_surrogates() -> None:
 
     (_, step, result) = History().user('go').step(Tool('bash', {}, 'name-\udcff.bin', id='c1')).build()
     policy = summarize_window()
-    assert policy._message_digest(result) != policy._message_digest(step)
+    assert policy.ledger.message_digest(result) != policy.ledger.message_digest(step)

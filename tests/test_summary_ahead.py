@@ -18,9 +18,10 @@ from pydantic_ai.usage import UsageLimits
 from pydantic_ai_context import ContextProfile, HeuristicCounter, profile
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, marker
 from pydantic_ai_context._scope import MemoScope, compiling
-from pydantic_ai_context.policies._summary_ahead import LogDigests
 from pydantic_ai_context.policies._summary_block import Zones
-from pydantic_ai_context.policies.summarize import SummarizeWindow, _StepEnds
+from pydantic_ai_context.policies._summary_reading import LogDigests
+from pydantic_ai_context.policies._summary_reading import StepEnds as _StepEnds
+from pydantic_ai_context.policies.summarize import SummarizeWindow
 from pydantic_ai_context.policies.summary_cache import InMemorySummaryCache
 from pydantic_ai_context.replay import extractive_summary_model
 from pydantic_ai_context.session import ContextSession
@@ -361,16 +362,16 @@ def _made_ahead(
     end: int,
 ) -> tuple[Any, Any, int, int]:
     """A summary made ahead over `rendered[start:end]` (as the earlier steps rendered the log)."""
-    from pydantic_ai_context.policies import _summary_ahead
+    from pydantic_ai_context.policies import _summary_ahead, _summary_tasks
     from pydantic_ai_context.policies._summary_block import find_zones
 
     zones = find_zones(rendered)
     assert zones is not None
     start = zones.start
-    size = policy._summary_tokens(context, zones)
+    size = policy.summary_tokens(context, zones)
     model = context.model
-    key = policy._key(rendered, start, end, zones.previous_digest, model, size)
-    span = _summary_ahead._Pending(
+    key = policy.key(rendered, start, end, zones.previous_digest, model, size)
+    span = _summary_tasks.Pending(
         task=None,
         conversation='c',
         run_id=None,
@@ -383,7 +384,7 @@ def _made_ahead(
         log_digest=_summary_ahead._log_digest(policy, context, zones.log_index(start), zones.log_index(end)),
     )
     registry = context.background
-    registry._made['d'] = _summary_ahead._Made(
+    registry._made['d'] = _summary_tasks.Made(
         10, 5, None, end - start, policy.name, span=span, text='SUMMARY'
     )
     return zones, size, start, end
@@ -443,7 +444,7 @@ def test_a_summary_ahead_is_filed_under_the_span_as_it_renders_when_it_lands() -
     at = _tool_return_at(log, start + 1)
     assert start < at < end
     later = _masked(log, at)
-    key_now = policy._key(later, start, end, zones.previous_digest, context.model, size)
+    key_now = policy.key(later, start, end, zones.previous_digest, context.model, size)
     assert policy.cache.get(key_now) is None
     _summary_ahead.adopt(policy, later, zones, context.model, context)
     assert policy.cache.get(key_now) == 'SUMMARY'
@@ -459,15 +460,14 @@ def test_a_summary_ahead_over_another_log_is_not_adopted() -> None:
     other = _masked(log, _tool_return_at(log, start + 1))  # the log itself differs now (a branch)
     context.log = other
     _summary_ahead.adopt(policy, other, zones, context.model, context)
-    assert (
-        policy.cache.get(policy._key(other, start, end, zones.previous_digest, context.model, size)) is None
-    )
+    assert policy.cache.get(policy.key(other, start, end, zones.previous_digest, context.model, size)) is None
 
 
 def test_a_cancelled_summary_counts_its_prompt_in_the_unit_the_summariser_reports() -> None:
     """The waste of a call cancelled mid-way is its prompt, scaled as the answered calls were reported
     (not the view's tokens of the span, ~3x what the extractive summariser reports in the replay)."""
-    from pydantic_ai_context.policies._summary_ahead import BackgroundSummaries, _Pending
+    from pydantic_ai_context.policies._summary_tasks import BackgroundSummaries
+    from pydantic_ai_context.policies._summary_tasks import Pending as _Pending
 
     registry = BackgroundSummaries()
     own = _context(growing_log(4))
@@ -504,10 +504,10 @@ def test_a_log_digest_is_kept_only_while_the_log_up_to_its_end_is_the_same() -> 
     longer = [*log, *History().step(Tool('cat', {'path': 'c'}, 'three')).build()[1:]]
     with compiling(MemoScope(), log):
         digests = LogDigests()
-        first = digests.of(log, 1, 5, policy._message_digest)
-        assert digests.of(longer, 1, 5, policy._message_digest) == first  # the log grew after the span
-        changed = digests.of(branched, 1, 5, policy._message_digest)
-        assert changed == LogDigests().of(branched, 1, 5, policy._message_digest) != first
+        first = digests.of(log, 1, 5, policy.ledger.message_digest)
+        assert digests.of(longer, 1, 5, policy.ledger.message_digest) == first  # the log grew after the span
+        changed = digests.of(branched, 1, 5, policy.ledger.message_digest)
+        assert changed == LogDigests().of(branched, 1, 5, policy.ledger.message_digest) != first
 
 
 def test_the_reading_counts_a_span_as_count_messages_does() -> None:
@@ -529,10 +529,12 @@ def test_the_reading_counts_a_span_as_count_messages_does() -> None:
     ]
     policy = SummarizeWindow()
     context = CompileContext(counter=counter)
-    policy._read(log, context)
+    policy.ledger.read(log, context.counter)
     for start in range(len(log) + 1):
         for end in range(start, len(log) + 1):
-            assert policy._count(log, start, end, context) == counter.count_messages(log[start:end]), (
+            assert policy.ledger.count(log, start, end, context.counter) == counter.count_messages(
+                log[start:end]
+            ), (
                 start,
                 end,
             )
@@ -560,13 +562,13 @@ def test_cache_keys_kept_in_the_reading_follow_the_messages() -> None:
     changed = [*log[:3], *other[3:]]
     context = CompileContext(counter=HeuristicCounter())
     with compiling(MemoScope(), log):
-        policy._read(log, context)
-        before = policy._key(log, 1, 5, None, None, None), policy._key(log, 1, 3, None, None, None)
-        policy._read(changed, context)
-        after = policy._key(changed, 1, 5, None, None, None), policy._key(changed, 1, 3, None, None, None)
+        policy.ledger.read(log, context.counter)
+        before = policy.key(log, 1, 5, None, None, None), policy.key(log, 1, 3, None, None, None)
+        policy.ledger.read(changed, context.counter)
+        after = policy.key(changed, 1, 5, None, None, None), policy.key(changed, 1, 3, None, None, None)
     fresh = SummarizeWindow()
-    fresh._read(changed, context)  # no compile: nothing is kept
-    assert after == (fresh._key(changed, 1, 5, None, None, None), fresh._key(changed, 1, 3, None, None, None))
+    fresh.ledger.read(changed, context.counter)  # no compile: nothing is kept
+    assert after == (fresh.key(changed, 1, 5, None, None, None), fresh.key(changed, 1, 3, None, None, None))
     assert after[0] != before[0]
     assert after[1] == before[1]
 

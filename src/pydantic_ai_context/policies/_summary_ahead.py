@@ -9,7 +9,7 @@ request waits for it. With it (`SummarizeWindow(ahead=True)`, on in every summar
   answers and the tools run. The span is planned so that, used when the view reaches the limit,
   the summary shrinks it to the low-water mark;
 - the summary lands in the summary cache under the key the synchronous path would use, so the
-  compile that crosses the trigger finds it there (`_walk_chain`) and makes no call. It is known
+  compile that crosses the trigger finds it there (`walk_chain`) and makes no call. It is known
   by the log messages it covers (`adopt`): when a mask or trim frontier moved over its span while
   it was written, it is filed under the span's key as the span renders now;
 - when the trigger is crossed and no cached summary shrinks the view under it, the compile does
@@ -28,38 +28,46 @@ conversation (the task framing's digest names it). Tasks belong to their profile
 the session closes, when the profile is garbage-collected, and at interpreter exit. A summary
 made and never used is reported as a `CompactionEvent` whose reason starts with
 `summary_discarded` (with its tokens); a failure is logged and counted, never raised into the run.
+
+This module decides what to summarise ahead and when, and reads its policy through `AheadPolicy`
+(public methods of `SummarizeWindow`; `summarize` imports this module, never the reverse). The
+registry of tasks, `BackgroundSummaries`, is in `_summary_tasks.py` (its name stays importable
+from here).
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
-import contextlib
-import dataclasses
 import hashlib
-import logging
 import time
-import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 from pydantic_ai.messages import ModelMessage, TextPart, UserPromptPart
 
 from pydantic_ai_context import _parts
 from pydantic_ai_context._facts import part_facts, remembered_facts
-from pydantic_ai_context._prefix import first_difference
-from pydantic_ai_context._scope import active_generation
-from pydantic_ai_context.events import CompactionEvent
-from pydantic_ai_context.policies._summary_block import ACK_TEXT, SUMMARY_PREFIX, Zones, digest_text
+from pydantic_ai_context.policies._summary_block import (
+    ACK_TEXT,
+    SUMMARY_PREFIX,
+    Zones,
+    digest_text,
+    find_zones,
+)
+from pydantic_ai_context.policies._summary_call import AHEAD
+from pydantic_ai_context.policies._summary_plan import step_ends
+from pydantic_ai_context.policies._summary_reading import SummaryLedger
+from pydantic_ai_context.policies._summary_tasks import BackgroundSummaries as BackgroundSummaries
+from pydantic_ai_context.policies._summary_tasks import Pending, cancel
+from pydantic_ai_context.policies.summary_cache import SummaryCache
 from pydantic_ai_context.views import CompileContext
 
-if TYPE_CHECKING:
-    from pydantic_ai_context.policies.summarize import SummarizeWindow
-
 __all__ = (
+    'AHEAD',
     'INTERIM_TEMPLATE',
     'KEEP',
+    'AheadPolicy',
     'BackgroundSummaries',
     'Interim',
     'adopt',
@@ -69,10 +77,6 @@ __all__ = (
     'start_if_due',
 )
 
-logger = logging.getLogger('pydantic_ai_context.summary_ahead')
-
-AHEAD: Final = 'summarised ahead'
-"""The reason a summary made in the background is written for (`SummarizeWindow._summary`'s `why`)."""
 
 KEEP: Final = (-1, '')
 """`instead_of_waiting`'s answer for "send the view as it is" (no summary to add)."""
@@ -103,254 +107,66 @@ class Interim:
 _MIN_TAIL_SHARE: Final = 0.1
 _INTERIM_FACT_SHARE: Final = 0.05
 """Share of the limit the interim marker's fact list may take (a summary is about that size)."""
-_REGISTRIES: weakref.WeakSet[BackgroundSummaries] = weakref.WeakSet()
 
 
-@dataclass
-class _Pending:
-    task: asyncio.Task[None] | None
-    conversation: str
-    run_id: str | None
-    cache_key: str
-    start_log: int
-    end_log: int
-    base_digest: str | None
-    estimate: int
-    """Input tokens of the call, estimated (reported if it is cancelled mid-call)."""
-    policy: str
-    log_digest: str | None = None
-    """Digest of the canonical log's messages from `start_log` to `end_log` (the span's identity)."""
-    context: CompileContext | None = None
-    """The task's own compile context (the prompt's size is noted there before the call)."""
-    interim: str = ''
-    """The marker an interim view shows for this span until the summary lands (filed in the cache)."""
+class AheadPolicy(Protocol):
+    """What summaries made ahead need of their policy (`SummarizeWindow` is one): its settings, the
+    ledger of what it keeps between compiles, its span plan, its cache keys and its summary."""
 
-
-@dataclass
-class _Made:
-    input_tokens: int
-    output_tokens: int
-    run_id: str | None
-    covers: int
-    policy: str
-    span: _Pending | None = None
-    """What the summary covers, by log positions (see `adopt`)."""
-    text: str = ''
-
-
-@dataclass(eq=False)
-class BackgroundSummaries:
-    """The summaries one profile writes ahead, in the background: at most one in flight per conversation.
-
-    A profile owns one (a `ContextSession` its copy's); policies reach it through
-    `CompileContext.background`. `stats()` counts what happened.
-    """
-
-    _pending: dict[str, _Pending] = field(default_factory=dict[str, _Pending])
-    _made: dict[str, _Made] = field(default_factory=dict[str, _Made])
-    _events: list[CompactionEvent] = field(default_factory=list[CompactionEvent])
-    _counts: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys(
-            ('started', 'made', 'used', 'discarded', 'failed', 'cancelled', 'waited'), 0
-        )
-    )
-    _prompted: int = 0
-    """Tokens of the prompts of the calls made ahead that answered (counted here) ..."""
-    _reported: int = 0
-    """... and the input tokens the summariser reported for them (its own unit)."""
-    waited_seconds: float = 0.0
-    """Seconds compiles spent waiting for a summary in flight (only a view over the limit waits)."""
-
-    def __post_init__(self) -> None:
-        _REGISTRIES.add(self)
-
-    def stats(self) -> dict[str, int]:
-        """Summaries started, made, used, discarded, failed and cancelled; compiles that waited."""
-        return dict(self._counts)
-
-    def pending(self) -> int:
-        """Summaries in flight."""
-        return sum(1 for p in self._pending.values() if p.task is not None and not p.task.done())
-
-    def take_events(self) -> list[CompactionEvent]:
-        """The `summary_discarded` events not yet delivered (the profile sends them to its handlers)."""
-        events, self._events = self._events, []
-        return events
-
-    # --- starting and finishing ---------------------------------------------------------------
-
-    def _start(
+    @property
+    def name(self) -> str: ...
+    @property
+    def cache(self) -> SummaryCache: ...
+    @property
+    def low_water(self) -> float | None: ...
+    @property
+    def ahead_lead(self) -> float: ...
+    @property
+    def ahead_waits(self) -> bool: ...
+    @property
+    def keep_current_run(self) -> bool: ...
+    @property
+    def step_messages(self) -> int: ...
+    @property
+    def ledger(self) -> SummaryLedger: ...
+    def plans_by_budget(self, context: CompileContext) -> bool: ...
+    def trigger_tokens(self, context: CompileContext) -> int | None: ...
+    def summary_tokens(self, context: CompileContext, zones: Zones) -> int | None: ...
+    def key_template(self, previous: str | None, model: Any, size: int | None) -> tuple[str, str]: ...
+    def key(
         self,
-        policy: SummarizeWindow,
-        pending: _Pending,
+        messages: Sequence[ModelMessage],
+        start: int,
+        end: int,
+        previous: str | None,
+        model: Any,
+        size: int | None,
+    ) -> str: ...
+    def candidates(
+        self,
+        messages: Sequence[ModelMessage],
+        zones: Zones,
+        context: CompileContext,
+        *,
+        enter_run: bool = False,
+    ) -> list[int]: ...
+    def walk_chain(
+        self,
+        messages: Sequence[ModelMessage],
+        zones: Zones,
+        ends: Sequence[int],
+        model: Any,
+        size: int | None,
+    ) -> tuple[int, str | None, str | None]: ...
+    async def summary(
+        self,
         messages: Sequence[ModelMessage],
         zones: Zones,
         end: int,
         model: Any,
         context: CompileContext,
-    ) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # pragma: no cover - compiles always run in a loop
-            return
-        own = dataclasses.replace(context, originals=None, _notes=[], _details={})
-        pending.context = own
-        self._pending[pending.conversation] = pending
-        self._counts['started'] += 1
-        pending.task = loop.create_task(self._run(policy, pending, list(messages), zones, end, model, own))
-        pending.task.add_done_callback(lambda task: self._finished(pending, task))
-
-    def _finished(self, pending: _Pending, task: asyncio.Task[None]) -> None:
-        # A done callback, so that a task cancelled before it ever ran is accounted for too.
-        if self._pending.get(pending.conversation) is pending:
-            del self._pending[pending.conversation]
-        if task.cancelled():
-            self._counts['cancelled'] += 1
-            self._discard(
-                pending.policy,
-                pending.run_id,
-                self._cancelled_input(pending),
-                0,
-                'cancelled while the summariser was writing it (input tokens estimated)',
-            )
-
-    def _cancelled_input(self, pending: _Pending) -> int:
-        """Input tokens of a call cancelled mid-way, in the unit the summariser reports: its prompt's
-        tokens scaled by what it reported for the prompts of the calls that answered (the span's
-        tokens when the prompt was not written yet)."""
-        details = pending.context._details if pending.context is not None else {}
-        prompted = details.get('summary_prompt_tokens')
-        if not isinstance(prompted, int):
-            return pending.estimate
-        if self._prompted and self._reported:
-            return round(prompted * self._reported / self._prompted)
-        return prompted
-
-    async def _run(
-        self,
-        policy: SummarizeWindow,
-        pending: _Pending,
-        messages: list[ModelMessage],
-        zones: Zones,
-        end: int,
-        model: Any,
-        context: CompileContext,
-    ) -> None:
-        try:
-            text, status = await policy._summary(messages, zones, end, model, context, AHEAD)
-            details = context._details
-            calls = int(details.get('summary_calls') or 0)
-            tokens_in = int(details.get('summary_input_tokens') or 0)
-            tokens_out = int(details.get('summary_output_tokens') or 0)
-            prompted = details.get('summary_prompt_tokens')
-            if calls and tokens_in and isinstance(prompted, int) and prompted:
-                self._prompted += prompted
-                self._reported += tokens_in
-            if status == 'summary' and calls:
-                self._made[digest_text(text)] = _Made(
-                    tokens_in,
-                    tokens_out,
-                    pending.run_id,
-                    pending.end_log - zones.head_log,
-                    pending.policy,
-                    span=pending,
-                    text=text,
-                )
-                self._counts['made'] += 1
-            elif status != 'summary':
-                self._counts['failed'] += 1
-                logger.warning('a summary made ahead failed (%s); the trigger will summarise', context._notes)
-                if calls or tokens_in:
-                    self._discard(
-                        pending.policy, pending.run_id, tokens_in, tokens_out, 'the summary was rejected'
-                    )
-        except Exception:
-            self._counts['failed'] += 1
-            logger.exception('a summary made ahead failed; the run goes on')
-
-    def _discard(self, policy: str, run_id: str | None, tokens_in: int, tokens_out: int, why: str) -> None:
-        self._counts['discarded'] += 1
-        self._events.append(
-            CompactionEvent(
-                policy=policy,
-                reason=f'summary_discarded: {why}',
-                messages_before=0,
-                messages_after=0,
-                details={
-                    'summary_discarded': 1,
-                    'summary_calls': 1,
-                    'summary_input_tokens': tokens_in,
-                    'summary_output_tokens': tokens_out,
-                },
-                run_id=run_id,
-            )
-        )
-
-    def _drop_made(self, run_id: str | None, *, every: bool, why: str) -> None:
-        for digest, made in list(self._made.items()):
-            if every or made.run_id == run_id:
-                del self._made[digest]
-                self._discard(made.policy, made.run_id, made.input_tokens, made.output_tokens, why)
-
-    async def end_run(self, run_id: str | None) -> None:
-        """The run ended: cancel its summary in flight, report its unused summaries as discarded."""
-        tasks = [p.task for p in self._pending.values() if p.run_id == run_id and p.task is not None]
-        await _cancel(tasks)
-        self._drop_made(run_id, every=False, why='made ahead, unused when its run ended')
-
-    async def settle(self) -> None:
-        """Wait for every summary in flight to land or fail, cancelling none (a replay's model answer)."""
-        live = [p.task for p in self._pending.values() if p.task is not None and not p.task.done()]
-        if live:
-            await asyncio.gather(*live, return_exceptions=True)
-
-    async def close(self) -> None:
-        """Cancel every summary in flight and report every unused one as discarded (session close, replay end)."""
-        await _cancel([p.task for p in self._pending.values() if p.task is not None])
-        self._drop_made(None, every=True, why='made ahead, never used')
-
-    def cancel_now(self) -> None:
-        """Cancel every task without waiting (the profile was garbage-collected, the interpreter exits)."""
-        for pending in list(self._pending.values()):
-            task = pending.task
-            if task is not None and not task.done():
-                with contextlib.suppress(RuntimeError):  # its loop is closed: nothing runs it any more
-                    task.cancel()
-
-    def _used(self, text: str, context: CompileContext) -> None:
-        made = self._made.pop(digest_text(text), None)
-        if made is None:
-            return
-        self._counts['used'] += 1
-        details = context._details
-        context.note(
-            f'used the summary of {made.covers} messages made ahead',
-            summary_ahead=int(details.get('summary_ahead', 0)) + 1,
-            summary_calls=int(details.get('summary_calls', 0)) + 1,
-            summary_input_tokens=int(details.get('summary_input_tokens', 0)) + made.input_tokens,
-            summary_output_tokens=int(details.get('summary_output_tokens', 0)) + made.output_tokens,
-        )
-
-
-async def _cancel(tasks: Sequence[asyncio.Task[None]]) -> None:
-    live = [t for t in tasks if not t.done()]
-    for task in live:
-        task.cancel()
-    if live:
-        await asyncio.gather(*live, return_exceptions=True)
-
-
-@atexit.register
-def _cancel_at_exit() -> None:
-    """No summary task is left pending at interpreter exit: cancel them and let their loop finish them."""
-    for registry in list(_REGISTRIES):
-        tasks = [p.task for p in registry._pending.values() if p.task is not None and not p.task.done()]
-        for task in tasks:
-            loop = task.get_loop()
-            with contextlib.suppress(RuntimeError):
-                task.cancel()
-                if not loop.is_closed() and not loop.is_running():
-                    loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+        why: str,
+    ) -> tuple[str, str]: ...
 
 
 # --- what the policy asks ------------------------------------------------------------------------
@@ -364,10 +180,10 @@ class _Chain:
     """Tokens of the view with the furthest cached summary applied."""
 
 
-def _conversation(policy: SummarizeWindow, zones: Zones) -> str:
+def _conversation(policy: AheadPolicy, zones: Zones) -> str:
     running = hashlib.sha256()
     for message in zones.head:
-        running.update(policy._message_digest(message).encode())
+        running.update(policy.ledger.message_digest(message).encode())
     return running.hexdigest()
 
 
@@ -376,60 +192,13 @@ def _fixed(zones: Zones, context: CompileContext) -> int:
     return counter.count_messages(zones.head) + counter.count_text(SUMMARY_PREFIX + ACK_TEXT) + 8
 
 
-def _log_digest(policy: SummarizeWindow, context: CompileContext, start_log: int, end_log: int) -> str | None:
+def _log_digest(policy: AheadPolicy, context: CompileContext, start_log: int, end_log: int) -> str | None:
     """The identity of the log's messages from `start_log` to `end_log` (`None`: no log to read)."""
-    log = context.log
-    if not 0 <= start_log < end_log <= len(log):
-        return None
-    return policy._log_digests.of(log, start_log, end_log, policy._message_digest)
-
-
-_LOG_SPANS: Final = 8
-"""Log digests `LogDigests` keeps (a summary in flight, the ones made ahead, the next one planned)."""
-
-
-@dataclass(eq=False)
-class LogDigests:
-    """Digests of spans of the canonical log, kept from one compile to the next.
-
-    A span's digest is kept while the log's messages up to its end are the same objects, in the
-    same generation of the compiling scope (no message edited in place since): the summary in
-    flight is checked against the log at every request, and that costs no pass over the span.
-    """
-
-    log: tuple[ModelMessage, ...] = ()
-    generation: int | None = None
-    spans: dict[tuple[int, int], str] = field(default_factory=dict[tuple[int, int], str])
-
-    def of(
-        self, log: Sequence[ModelMessage], start: int, end: int, digest: Callable[[ModelMessage], str]
-    ) -> str:
-        """The digest of `log[start:end]` (`digest`: one message's)."""
-        generation = active_generation()
-        if generation is None or generation != self.generation:
-            self.spans = {}
-            self.log = ()
-        same = first_difference(self.log, log)
-        if same < len(self.log):
-            self.spans = {span: found for span, found in self.spans.items() if span[1] <= same}
-        if same < len(self.log) or len(log) != len(self.log):
-            self.log = tuple(log)
-        self.generation = generation
-        found = self.spans.get((start, end))
-        if found is None:
-            running = hashlib.sha256()
-            for i in range(start, end):
-                running.update(digest(log[i]).encode())
-            found = running.hexdigest()
-            if generation is not None:
-                if len(self.spans) >= _LOG_SPANS:
-                    del self.spans[next(iter(self.spans))]
-                self.spans[(start, end)] = found
-        return found
+    return policy.ledger.log_digest(context.log, start_log, end_log)
 
 
 def adopt(
-    policy: SummarizeWindow,
+    policy: AheadPolicy,
     messages: Sequence[ModelMessage],
     zones: Zones,
     model: Any,
@@ -444,10 +213,10 @@ def adopt(
     renders now. The view stays a function of the log, the budget and the cache.
     """
     registry = context.background
-    if registry is None or not registry._made:
+    if registry is None or not registry.made():
         return
-    size = policy._summary_tokens(context, zones)
-    for made in list(registry._made.values()):
+    size = policy.summary_tokens(context, zones)
+    for made in registry.made():
         span = made.span
         if span is None or span.log_digest is None or span.policy != policy.name:
             continue
@@ -456,39 +225,41 @@ def adopt(
             continue
         if _log_digest(policy, context, span.start_log, span.end_log) != span.log_digest:
             continue
-        key = policy._key(messages, start, end, span.base_digest, model, size)
+        key = policy.key(messages, start, end, span.base_digest, model, size)
         if policy.cache.get(key) is None:
             policy.cache.put(key, made.text)
 
 
 def _chain(
-    policy: SummarizeWindow,
+    policy: AheadPolicy,
     messages: Sequence[ModelMessage],
     zones: Zones,
     model: Any,
     context: CompileContext,
 ) -> _Chain:
     adopt(policy, messages, zones, model, context)
-    candidates = policy._candidates(messages, zones, context)
-    size = policy._summary_tokens(context, zones)
-    start, previous, _ = policy._walk_chain(messages, zones, candidates, model, size)
+    candidates = policy.candidates(messages, zones, context)
+    size = policy.summary_tokens(context, zones)
+    start, previous, _ = policy.walk_chain(messages, zones, candidates, model, size)
     if start <= zones.start:
-        return _Chain(zones.start, zones.previous, policy._count(messages, 0, len(messages), context))
+        return _Chain(
+            zones.start, zones.previous, policy.ledger.count(messages, 0, len(messages), context.counter)
+        )
     counter = context.counter
     projected = (
         _fixed(zones, context)
         + counter.count_text(previous or '')
-        + policy._count(messages, start, len(messages), context)
+        + policy.ledger.count(messages, start, len(messages), context.counter)
     )
     return _Chain(start, previous, projected)
 
 
-def _marks(policy: SummarizeWindow, context: CompileContext) -> tuple[int, int, int] | None:
+def _marks(policy: AheadPolicy, context: CompileContext) -> tuple[int, int, int] | None:
     """(low-water mark, trigger, limit) in tokens, when the policy plans shrinks by the budget."""
     budget = context.budget
-    if not policy._plans_by_budget(context) or budget is None or policy.low_water is None:
+    if not policy.plans_by_budget(context) or budget is None or policy.low_water is None:
         return None
-    high = policy._trigger_tokens(context) or budget.limit
+    high = policy.trigger_tokens(context) or budget.limit
     low = int(budget.limit * policy.low_water)
     if high <= low:
         return None
@@ -496,7 +267,7 @@ def _marks(policy: SummarizeWindow, context: CompileContext) -> tuple[int, int, 
 
 
 def start_if_due(
-    policy: SummarizeWindow,
+    policy: AheadPolicy,
     messages: Sequence[ModelMessage],
     zones: Zones | None,
     model: Any,
@@ -520,20 +291,18 @@ def start_if_due(
     if zones is None:  # the trigger did not fire: the policy has not read this input yet
         if counter.count_messages(messages) <= low:
             return  # the view sent is never larger than the input
-        from pydantic_ai_context.policies._summary_block import find_zones
-
-        reading = policy._read(messages, context)
+        reading = policy.ledger.read(messages, context.counter)
         zones = find_zones(messages, summaries=reading.summaries, cuts=reading.cut_points)
         if zones is None:
             return
-    elif policy._count(messages, 0, len(messages), context) <= low:
+    elif policy.ledger.count(messages, 0, len(messages), context.counter) <= low:
         return  # the view sent is never larger than the input
     conversation = _conversation(policy, zones)
-    found = registry._pending.get(conversation)
+    found = registry.in_flight(conversation)
     if found is not None and found.task is not None and not found.task.done():
         return  # at most one in flight per conversation
     chain = _chain(policy, messages, zones, model, context)
-    size = policy._summary_tokens(context, zones)
+    size = policy.summary_tokens(context, zones)
     asked = size or 0
     fixed = _fixed(zones, context)
     planned = counter.count_text(chain.previous) if chain.previous else asked // 2
@@ -548,16 +317,20 @@ def start_if_due(
     end = _span_end(policy, messages, zones, context, chain.start, target - fixed - planned)
     if end is None:
         return
-    furthest = policy._candidates(messages, zones, context, enter_run=True)
-    if furthest and fixed + asked + policy._count(messages, furthest[-1], len(messages), context) > limit:
+    furthest = policy.candidates(messages, zones, context, enter_run=True)
+    if (
+        furthest
+        and fixed + asked + policy.ledger.count(messages, furthest[-1], len(messages), context.counter)
+        > limit
+    ):
         return  # no summary makes the view fit: the trigger leaves the steps to fit_to_budget too
     base_digest = digest_text(chain.previous) if chain.previous else None
     if chain.start == zones.start:
         base_digest = zones.previous_digest
-    key = policy._key(messages, chain.start, end, base_digest, model, size)
+    key = policy.key(messages, chain.start, end, base_digest, model, size)
     if policy.cache.get(key) is not None:
         return  # made already (or rejected before)
-    pending = _Pending(
+    pending = Pending(
         task=None,
         conversation=conversation,
         run_id=context.run_id,
@@ -570,11 +343,16 @@ def start_if_due(
         policy=policy.name,
         log_digest=_log_digest(policy, context, zones.log_index(chain.start), zones.log_index(end)),
     )
-    registry._start(policy, pending, messages, zones, end, model, context)
+    span = list(messages)
+
+    def write(own: CompileContext) -> Awaitable[tuple[str, str]]:
+        return policy.summary(span, zones, end, model, own, AHEAD)
+
+    registry.start(pending, write, zones, context)
 
 
 def _span_end(
-    policy: SummarizeWindow,
+    policy: AheadPolicy,
     messages: Sequence[ModelMessage],
     zones: Zones,
     context: CompileContext,
@@ -587,7 +365,7 @@ def _span_end(
     n = len(messages)
     ends: list[int] = []
     for enter_run in (False, True):
-        ends = [e for e in policy._candidates(messages, zones, context, enter_run=enter_run) if e > start]
+        ends = [e for e in policy.candidates(messages, zones, context, enter_run=enter_run) if e > start]
         if not ends:
             if policy.keep_current_run and not enter_run:
                 continue
@@ -595,7 +373,9 @@ def _span_end(
         suffix = 0
         fitting = None
         for at in range(len(ends) - 1, -1, -1):
-            suffix += policy._count(messages, ends[at], ends[at + 1] if at + 1 < len(ends) else n, context)
+            suffix += policy.ledger.count(
+                messages, ends[at], ends[at + 1] if at + 1 < len(ends) else n, context.counter
+            )
             if suffix > tail_room:
                 break
             fitting = ends[at]
@@ -607,7 +387,7 @@ def _span_end(
 
 
 async def instead_of_waiting(
-    policy: SummarizeWindow,
+    policy: AheadPolicy,
     messages: Sequence[ModelMessage],
     zones: Zones,
     model: Any,
@@ -629,7 +409,7 @@ async def instead_of_waiting(
         return None
     conversation = _conversation(policy, zones)
     chain = _chain(policy, messages, zones, model, context)
-    pending = registry._pending.get(conversation)
+    pending = registry.in_flight(conversation)
     live = pending is not None and pending.task is not None and not pending.task.done()
     if (
         live
@@ -637,7 +417,7 @@ async def instead_of_waiting(
         and not _still_prefix(policy, pending, messages, zones, chain, model, context)
     ):
         assert pending.task is not None
-        await _cancel([pending.task])  # the log changed under it: plan the span again
+        await cancel([pending.task])  # the log changed under it: plan the span again
         pending = None
     over = chain.projected > budget.limit
     if over and policy.ahead_waits:
@@ -645,8 +425,7 @@ async def instead_of_waiting(
             return None
         started = time.perf_counter()
         await asyncio.wait({pending.task})
-        registry._counts['waited'] += 1
-        registry.waited_seconds += time.perf_counter() - started
+        registry.waited(time.perf_counter() - started)
         chain = _chain(policy, messages, zones, model, context)
         if chain.projected > budget.limit:
             return None
@@ -662,7 +441,7 @@ async def instead_of_waiting(
 
 
 def _slot(
-    policy: SummarizeWindow,
+    policy: AheadPolicy,
     messages: Sequence[ModelMessage],
     start: int,
     base: str | None,
@@ -671,13 +450,13 @@ def _slot(
 ) -> str:
     """The cache key of the interim marker for a span from `start` (one per chain point: found with
     one lookup, whatever the span's end)."""
-    before, after = policy._key_template(base, model, size)
-    first = policy._message_digest(messages[start])
+    before, after = policy.key_template(base, model, size)
+    first = policy.ledger.message_digest(messages[start])
     return hashlib.sha256(f'interim:{before}"{first}"{after}'.encode()).hexdigest()
 
 
 def _interim(
-    policy: SummarizeWindow,
+    policy: AheadPolicy,
     messages: Sequence[ModelMessage],
     zones: Zones,
     chain: _Chain,
@@ -692,7 +471,7 @@ def _interim(
     if found is not None:
         return found
     registry = context.background
-    pending = registry._pending.get(conversation) if registry is not None else None
+    pending = registry.in_flight(conversation) if registry is not None else None
     if pending is None or pending.task is None or pending.task.done() or pending.policy != policy.name:
         return None
     start, end = zones.input_index(pending.start_log), zones.input_index(pending.end_log)
@@ -704,8 +483,8 @@ def _interim(
     if facts:
         line += f'\nFacts they established (newest first):\n{facts}'
     pending.interim = line
-    size = policy._summary_tokens(context, zones)
-    key = policy._key(messages, start, end, pending.base_digest, model, size)
+    size = policy.summary_tokens(context, zones)
+    key = policy.key(messages, start, end, pending.base_digest, model, size)
     policy.cache.put(
         _slot(policy, messages, start, pending.base_digest, model, size), f'{pending.end_log}\n{key}\n{line}'
     )
@@ -713,7 +492,7 @@ def _interim(
 
 
 def _reserved(
-    policy: SummarizeWindow,
+    policy: AheadPolicy,
     messages: Sequence[ModelMessage],
     zones: Zones,
     start: int,
@@ -729,11 +508,12 @@ def _reserved(
         return None
     if not start < len(messages):
         return None
-    size = policy._summary_tokens(context, zones)
+    size = policy.summary_tokens(context, zones)
     base = digest_text(previous) if previous and start > zones.start else zones.previous_digest
     slot = _slot(policy, messages, start, base, model, size)
-    if registry._pending:  # a frontier moved over the span: file the marker under its key now
-        for pending in registry._pending.values():
+    spans = registry.spans()
+    if spans:  # a frontier moved over the span: file the marker under its key now
+        for pending in spans:
             end = zones.input_index(pending.end_log)
             if not (
                 pending.interim
@@ -743,7 +523,7 @@ def _reserved(
                 and pending.base_digest == base
             ):
                 continue
-            key = policy._key(messages, start, end, base, model, size)
+            key = policy.key(messages, start, end, base, model, size)
             filed = f'{pending.end_log}\n{key}\n{pending.interim}'
             # The log's digest (a pass over the span) only when the entry would change.
             if policy.cache.get(slot) != filed and (
@@ -758,7 +538,7 @@ def _reserved(
         return None
     end_log, key, line = fields
     end = zones.input_index(int(end_log))
-    if not start < end < len(messages) or policy._key(messages, start, end, base, model, size) != key:
+    if not start < end < len(messages) or policy.key(messages, start, end, base, model, size) != key:
         return None  # filed for another span (another log, or the span renders differently now)
     removed = end - start
     context.note(
@@ -805,7 +585,7 @@ def _fact_list(context: CompileContext, start_log: int, end_log: int, tokens: in
 
 
 def interim_held(
-    policy: SummarizeWindow,
+    policy: AheadPolicy,
     messages: Sequence[ModelMessage],
     zones: Zones,
     reuse: tuple[int, str],
@@ -819,8 +599,8 @@ def interim_held(
 
 
 def _still_prefix(
-    policy: SummarizeWindow,
-    pending: _Pending,
+    policy: AheadPolicy,
+    pending: Pending,
     messages: Sequence[ModelMessage],
     zones: Zones,
     chain: _Chain,
@@ -838,12 +618,12 @@ def _still_prefix(
         return False
     if pending.log_digest is not None:  # the log's messages, not how the earlier steps render them
         return _log_digest(policy, context, pending.start_log, pending.end_log) == pending.log_digest
-    size = policy._summary_tokens(context, zones)
-    return policy._key(messages, start, end, base, model, size) == pending.cache_key
+    size = policy.summary_tokens(context, zones)
+    return policy.key(messages, start, end, base, model, size) == pending.cache_key
 
 
 def settle(
-    policy: SummarizeWindow,
+    policy: AheadPolicy,
     messages: Sequence[ModelMessage],
     zones: Zones,
     end: int,
@@ -853,13 +633,14 @@ def settle(
     """The view now holds the summary up to `end`: the summaries made ahead on its chain were used
     (their usage is noted on this compile, as if it had made them)."""
     registry = context.background
-    if registry is None or not registry._made:
+    if registry is None or not registry.made():
         return
-    size = policy._summary_tokens(context, zones)
-    ends = policy._step_ends(messages, zones, end)
+    size = policy.summary_tokens(context, zones)
+    ends = step_ends(messages, zones, end, policy.step_messages)
     start, previous_digest = zones.start, zones.previous_digest
     while start < end:
-        keys = policy._keys(messages, start, [e for e in ends if e > start], previous_digest, model, size)
+        template = policy.key_template(previous_digest, model, size)
+        keys = policy.ledger.keys(messages, start, [e for e in ends if e > start], template)
         found = None
         for candidate in sorted(keys, reverse=True):
             text = policy.cache.get(keys[candidate])
@@ -869,5 +650,5 @@ def settle(
         if found is None:
             return
         start, text = found
-        registry._used(text, context)
+        registry.used(text, context)
         previous_digest = digest_text(text)

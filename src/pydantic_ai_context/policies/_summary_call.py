@@ -1,0 +1,283 @@
+"""Writing one summary: the summariser call for a span, fitted to its model's window, with its fallbacks.
+
+`SummaryCalls.summary` follows the chain of cached summaries as far as it goes and has the rest
+written: `SummaryCalls.write` turns a span (and the summary before it, if any) into the text that stands
+for it: it asks the summariser (`summariser.run_summariser`) unless the span was rejected before,
+there is no summary model, the circuit breaker is open or the transcript cannot fit the
+summariser's window; it checks the answer (not empty, smaller than what it replaces, within
+`_OVERSIZE` times the size asked for) and files it, or the rejection, in the summary cache. Every
+failure gives the static marker (`FALLBACK_TEMPLATE`), with the earlier summary before it: a
+summary never breaks the run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from pydantic_ai.messages import ModelMessage
+
+from pydantic_ai_context import _parts
+from pydantic_ai_context._scope import active_generation
+from pydantic_ai_context.budget import resolve_context_window
+from pydantic_ai_context.policies._summary_block import Zones
+from pydantic_ai_context.policies._summary_plan import step_ends
+from pydantic_ai_context.policies.summariser import (
+    SUMMARISER_INSTRUCTIONS,
+    CircuitBreaker,
+    describe_failure,
+    render_transcript,
+    run_summariser,
+    summary_prompt,
+)
+from pydantic_ai_context.policies.summary_cache import SummaryCache
+from pydantic_ai_context.views import CompileContext
+
+__all__ = ('AHEAD', 'FALLBACK_TEMPLATE', 'SummarisingPolicy', 'SummaryCalls')
+
+AHEAD: Final = 'summarised ahead'
+"""The reason a summary made in the background is written for (`SummaryCalls.write`'s `why`)."""
+_OVERSIZE: Final = 2
+"""A summary longer than this many times the size asked for is discarded (the static marker is used)."""
+_MIN_PART_CHARS: Final = 250
+"""The shortest clip of one part when a transcript is cut down to fit the summariser's window."""
+_PROMPT_FRAMING_TOKENS: Final = 64
+"""Tokens a provider adds around the summariser's instructions and prompt (roles, separators)."""
+FALLBACK_TEMPLATE: Final = (
+    '[pydantic-ai-context: {n} earlier {messages} removed to fit the context window; '
+    'a summary could not be produced]'
+)
+
+
+class SummarisingPolicy(Protocol):
+    """What writing a summary reads of its policy (`SummarizeWindow` is one): its settings, the
+    size it asks for, its cache keys and the chain of cached summaries."""
+
+    @property
+    def cache(self) -> SummaryCache: ...
+    @property
+    def instructions(self) -> str | None: ...
+    @property
+    def timeout(self) -> float | None: ...
+    @property
+    def max_part_chars(self) -> int: ...
+    @property
+    def breaker_threshold(self) -> int: ...
+    @property
+    def breaker_cooldown(self) -> float: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def step_messages(self) -> int: ...
+    def summary_tokens(self, context: CompileContext, zones: Zones) -> int | None: ...
+    def key(
+        self,
+        messages: Sequence[ModelMessage],
+        start: int,
+        end: int,
+        previous: str | None,
+        model: Any,
+        size: int | None,
+    ) -> str: ...
+    def walk_chain(
+        self,
+        messages: Sequence[ModelMessage],
+        zones: Zones,
+        ends: Sequence[int],
+        model: Any,
+        size: int | None,
+    ) -> tuple[int, str | None, str | None]: ...
+
+
+@dataclass(eq=False)
+class SummaryCalls:
+    """One policy's calls to its summariser: the circuit breaker, and the span last found too
+    large for the summariser's window."""
+
+    breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
+    oversized: tuple[str, int | None, int | None] | None = None
+
+    async def summary(
+        self,
+        policy: SummarisingPolicy,
+        messages: Sequence[ModelMessage],
+        zones: Zones,
+        end: int,
+        model: Any,
+        context: CompileContext,
+        why: str,
+    ) -> tuple[str, str]:
+        """The text of the summary covering the log up to `end`, and 'summary' or 'fallback'."""
+        # Walk the chain of cached incremental summaries as far as it goes, longest link first.
+        size = policy.summary_tokens(context, zones)
+        start, previous, previous_digest = policy.walk_chain(
+            messages, zones, step_ends(messages, zones, end, policy.step_messages), model, size
+        )
+        covered = zones.log_index(end) - zones.head_log
+        if start == end and previous is not None:
+            context.note(f'{why}: reused the cached summary of {covered} messages', summary_calls=0)
+            return previous, 'summary'
+        return await self.write(
+            policy,
+            messages[start:end],
+            key=policy.key(messages, start, end, previous_digest, model, size),
+            previous=previous,
+            size=size,
+            covered=covered,
+            model=model,
+            context=context,
+            why=why,
+        )
+
+    async def write(
+        self,
+        settings: SummarisingPolicy,
+        span: Sequence[ModelMessage],
+        *,
+        key: str,
+        previous: str | None,
+        size: int | None,
+        covered: int,
+        model: Any,
+        context: CompileContext,
+        why: str,
+    ) -> tuple[str, str]:
+        """The text standing for `span` (after `previous`, the summary before it), and 'summary' or
+        'fallback'; the summary (or its rejection) is filed in the cache under `key`."""
+        cache = settings.cache
+        if cache.get(key) == '':
+            return _fallback(previous, span, context, why, 'summary was rejected before')
+        if model is None:
+            return _fallback(previous, span, context, why, 'no summary model')
+        now = settings.clock()
+        if not self.breaker.allows(now, settings.breaker_cooldown):
+            return _fallback(previous, span, context, why, 'circuit breaker open')
+        instructions = SUMMARISER_INSTRUCTIONS + (
+            f'\n\n{settings.instructions}' if settings.instructions else ''
+        )
+        limit = summariser_input_limit(context, model, instructions, size)
+        # A span whose transcript did not fit this limit in this conversation (same generation of
+        # the compiling scope: the log's originals are the same) does not fit now either; rendering
+        # it again, at every request, would cost a pass over the whole span.
+        oversized = (key, limit, active_generation())
+        prompt = (
+            None
+            if oversized[2] is not None and oversized == self.oversized
+            else fitted_prompt(span, context, previous, size, settings.max_part_chars, limit)
+        )
+        if prompt is None:
+            self.oversized = oversized
+            return _fallback(previous, span, context, why, "transcript over the summariser's window")
+        if why == AHEAD:  # --- summary ahead: what a cancelled call would have cost ---
+            context._details['summary_prompt_tokens'] = context.counter.count_text(prompt)
+        try:
+            text, input_tokens, output_tokens = await run_summariser(
+                model, prompt, instructions=instructions, timeout=settings.timeout
+            )
+        except Exception as exc:  # any failure of the summariser degrades to the marker, never breaks the run
+            self.breaker.failure(settings.clock(), settings.breaker_threshold)
+            return _fallback(previous, span, context, why, f'summariser failed: {describe_failure(exc)}')
+        self.breaker.success()
+        usage = {
+            'summary_calls': 1,
+            'summary_input_tokens': input_tokens,
+            'summary_output_tokens': output_tokens,
+        }
+        replaced = context.counter.count_messages(span) + (
+            context.counter.count_text(previous) if previous else 0
+        )
+        tokens = context.counter.count_text(text) if text else 0
+        problem = None
+        if not text:
+            problem = 'empty summary'
+        elif tokens >= replaced:
+            problem = 'summary not smaller than what it replaces'
+        elif size is not None and tokens > size * _OVERSIZE:
+            # The summary sits beside the task framing, which fit_to_budget never drops: one far
+            # over the room asked for would leave no room for the recent steps.
+            problem = f'summary of {tokens:,} tokens, over {_OVERSIZE}x the {size:,} asked for'
+        if problem is not None:
+            cache.put(key, '')
+            return _fallback(previous, span, context, why, problem, **usage)
+        cache.put(key, text)
+        context.note(f'{why}: summarised {covered} messages', covers=covered, **usage)
+        return text, 'summary'
+
+
+def fitted_prompt(
+    span: Sequence[ModelMessage],
+    context: CompileContext,
+    previous: str | None,
+    size: int | None,
+    max_part_chars: int,
+    limit: int | None,
+) -> str | None:
+    """The summariser's prompt for `span`, within what its model accepts; `None` if nothing fits.
+
+    The transcript reads the originals of what the view shortened, so it can be far larger
+    than the view: parts are clipped shorter (the facts of each original are still listed),
+    then the view's own text stands for the originals, until the prompt fits.
+    """
+    originals = _shortened_originals(span, context.log)
+    max_chars = max_part_chars
+    while True:
+        transcript = render_transcript(span, max_part_chars=max_chars, originals=originals)
+        prompt = summary_prompt(transcript, previous_summary=previous, max_tokens=size)
+        if limit is None or context.counter.count_text(prompt) <= limit:
+            return prompt
+        if max_chars > _MIN_PART_CHARS:
+            max_chars = max(_MIN_PART_CHARS, max_chars // 2)
+        elif originals:
+            originals, max_chars = {}, max_part_chars
+        else:
+            return None
+
+
+def _fallback(
+    previous: str | None,
+    span: Sequence[ModelMessage],
+    context: CompileContext,
+    why: str,
+    problem: str,
+    **usage: int,
+) -> tuple[str, str]:
+    removed = len(span)
+    line = FALLBACK_TEMPLATE.format(n=removed, messages='message was' if removed == 1 else 'messages were')
+    context.note(f'{why}: {problem}; {removed} messages replaced by a marker', summary_fallback=1, **usage)
+    return (f'{previous}\n\n{line}' if previous else line), 'fallback'
+
+
+def summariser_input_limit(
+    context: CompileContext, model: Any, instructions: str, size: int | None
+) -> int | None:
+    """Tokens the summariser's prompt may hold: its model's window less its instructions and answer.
+
+    The run's model has the run's budget window (explicit, or tightened by a provider's rejection);
+    a summary model of its own has its own window where one is known, else the run's.
+    """
+    budget = context.budget
+    if budget is None:
+        return None
+    window = budget.context_window
+    if model is not None and model is not getattr(context.run_context, 'model', None):
+        own = resolve_context_window(model)
+        if own.source != 'default':
+            window = own.tokens
+    answer = max(size or 0, budget.reserved_output)
+    usable = math.floor(window * (1 - budget.safety_margin))
+    return usable - answer - context.counter.count_text(instructions) - _PROMPT_FRAMING_TOKENS
+
+
+def _shortened_originals(span: Sequence[ModelMessage], log: Sequence[ModelMessage]) -> dict[str, Any]:
+    """The log's originals of the tool results `span` shows shortened (trimmed, masked), by call id."""
+    wanted = {p.tool_call_id for m in span for p in _parts.tool_results(m) if _parts.marker(p) is not None}
+    found: dict[str, Any] = {}
+    if not wanted:
+        return found
+    for message in log:
+        for part in _parts.tool_results(message):
+            if part.tool_call_id in wanted and _parts.marker(part) is None:
+                found[part.tool_call_id] = part
+    return found

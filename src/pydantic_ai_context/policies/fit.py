@@ -518,9 +518,12 @@ class _Plan:
         # What the previous plan found before the first message that changed is reused when the
         # safe cut points there are the same (see `_Reading.plan`): a plan costs the new steps.
         reused = reading.reusable_plan(head_end, cuts)
+        old_kinds: list[int] = []
+        old_steps: list[int] = []
+        old_conversation: list[int] = []
         if reused is None:
             starts = [i for i in cuts if head_end <= i < n and responses[i]]
-            closed, old_kinds, old_steps, old_conversation, old_limit = 0, [], [], [], 0
+            closed, old_limit = 0, 0
         else:
             valid, old_starts, old_kinds, old_steps, old_conversation, old_limit = reused
             kept = bisect.bisect_left(old_starts, valid)

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -645,3 +647,85 @@ def test_a_view_changed_after_the_dropped_steps_gets_the_view_a_fresh_compile_gi
                     live = fit(policy, messages, limit)
             fresh = fit(fit_to_budget(keep_last_steps=keep, drop_granularity=0.2), after, limit)
             assert live == fresh, f'limit {limit}, change {index}'
+
+
+@pytest.mark.parametrize('keep', [1, 3])
+def test_a_target_that_moves_back_resumes_its_earlier_drop_as_a_fresh_compile_would(keep: int) -> None:
+    """Issue 22: fit's input often crosses a multiple of the drop quantum and back at the next
+    request (an older result trimmed or masked); the drop remembered for the target it returns to
+    is resumed, and the view (and the note's read-back span) must be what a fresh policy gives."""
+    from pydantic_ai_context._scope import MemoScope, compiling
+
+    h = History().user('go')
+    for i in range(12):
+        h.step(Tool('ls', {}, f'output {i} ' * (10 + 7 * (i % 5))))
+    log = h.build()
+    counter = HeuristicCounter()
+    total = counter.count_messages(log)
+
+    def larger(messages: list[ModelMessage]) -> list[ModelMessage]:
+        out = list(messages)
+        part = out[-1].parts[0]
+        if isinstance(part, ToolReturnPart):
+            out[-1] = dataclasses.replace(out[-1], parts=[dataclasses.replace(part, content='long ' * 150)])
+        return out
+
+    def fit(
+        policy: FitToBudget, messages: list[ModelMessage], limit: int, sink: _Spans
+    ) -> list[ModelMessage] | str:
+        context = CompileContext(counter=counter, budget=budget(limit), originals=sink)
+        try:
+            return policy.apply(list(messages), context)
+        except ContextBudgetExceeded as exc:
+            return str(exc)
+
+    resumed = 0
+    for limit in range(total // 4, total, max(1, total // 40)):
+        for index, (before, after) in enumerate(_changes(log)):
+            policy = fit_to_budget(keep_last_steps=keep, drop_granularity=0.2)
+            drops: list[int] = []
+            policy._drop = _counting(policy._drop, drops)  # type: ignore[method-assign]
+            scope, sink, fresh_sink = MemoScope(), _Spans(), _Spans()
+            # In between, the newest result is larger: the target moves up, then back.
+            for messages in (before, larger(before)):
+                with compiling(scope, log):
+                    fit(policy, messages, limit, sink)
+            planned = len(drops)
+            with compiling(scope, log):
+                live = fit(policy, after, limit, sink)
+            resumed += len(drops) == planned and target_moved(policy)
+            fresh = fit(fit_to_budget(keep_last_steps=keep, drop_granularity=0.2), after, limit, fresh_sink)
+            assert live == fresh, f'limit {limit}, change {index}'
+            if isinstance(fresh, list) and (note := next(filter(None, map(drop_record, fresh)), None)):
+                assert sink.spans[note['ref']] == fresh_sink.spans[note['ref']], (
+                    f'limit {limit}, change {index}'
+                )
+    assert resumed  # the earlier drop was resumed at least once
+
+
+def _counting(plan: Any, calls: list[int]) -> Any:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return plan(*args, **kwargs)
+
+    return counted
+
+
+def target_moved(policy: FitToBudget) -> bool:
+    """The latest call resumed a drop other than the one before it (an earlier target's)."""
+    last = policy._last
+    return last is not None and any(e.extra is not last.extra for e in policy._earlier.values())
+
+
+class _Spans:
+    """A read-back sink that keeps spans in a dict."""
+
+    def __init__(self) -> None:
+        self.spans: dict[str, list[ModelMessage | str]] = {}
+
+    def keep_result(self, ref: str, part: Any) -> None:
+        pass
+
+    def keep_span(self, ref: str, items: Sequence[ModelMessage | str], *, replace: bool = False) -> None:
+        if replace or ref not in self.spans:
+            self.spans[ref] = list(items)

@@ -200,3 +200,17 @@ def test_requests_without_results_untouched() -> None:
     log = History().user('x' * 5_000).build()
     assert run(trim(), log)[0] is log[0]
     assert isinstance(log[0], ModelRequest)
+
+
+def test_positions_before_keeps_exactly_the_entries_below_start() -> None:
+    # The frontier policies' indexes (a result's first request, a fact's first message) grow with
+    # insertion order; resuming keeps the entries below the resume point, as filtering would.
+    from pydantic_ai_context.policies._base import positions_before
+
+    index = {f'call_{i}': i // 2 for i in range(40)}
+    for start in (0, 1, 7, 10, 19, 20, 25):
+        kept = positions_before(index, start)
+        assert kept == {k: v for k, v in index.items() if v < start}
+        assert list(kept) == [k for k, v in index.items() if v < start]  # insertion order kept too
+    assert positions_before(index, 20) is not index  # a copy: the previous state is left as it was
+    assert len(index) == 40

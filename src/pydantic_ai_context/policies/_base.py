@@ -213,3 +213,23 @@ def resumable(
     ):
         return None
     return last, previous, min(first_difference(last.messages, messages), previous.frontier)
+
+
+K = TypeVar('K')
+
+
+def positions_before(index: dict[K, int], start: int) -> dict[K, int]:
+    """The entries of `index` (a key's position in the messages) whose position is below `start`.
+
+    For the indexes frontier policies keep between compiles (a result's first request, a fact's
+    first message): they are built in the order of the messages, so their positions grow with
+    insertion order, and the entries at or after `start` are the last ones inserted. A copy of the
+    dict (in C) less those is then what filtering every entry would keep, at the cost of the
+    entries removed rather than of the whole index (at 20,000 messages, 0.1 ms against 2 ms).
+    """
+    out = dict(index)
+    for key, at in reversed(index.items()):
+        if at < start:
+            break
+        del out[key]
+    return out

@@ -120,6 +120,10 @@ class FitToBudget(SyncPolicy):
     32k: 0.05 -> cost 0.56 of no compaction, 0.2 -> 0.50, at 95% fact retention)."""
     _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
     _reading: _Reading | None = field(default=None, init=False, repr=False, compare=False)
+    _earlier: dict[int, LastCall] = field(
+        default_factory=dict[int, LastCall], init=False, repr=False, compare=False
+    )
+    """The latest drop for each of the last few other targets (see `apply`)."""
 
     def __post_init__(self) -> None:
         if self.keep_last_steps < 0:
@@ -162,6 +166,12 @@ class FitToBudget(SyncPolicy):
         key = context_key(context)
         last = self._last
         drop = last.extra if last is not None else None
+        if not (isinstance(drop, _Dropped) and drop.target == target) and target in self._earlier:
+            # The input's size crossed a multiple of the quantum, often only to cross back at the
+            # next request (an older result trimmed or masked): the latest drop for this target is
+            # resumed as the latest one would be, rather than planned again.
+            last = self._earlier[target]
+            drop = last.extra
         if (
             last is not None
             and isinstance(drop, _Dropped)
@@ -172,7 +182,11 @@ class FitToBudget(SyncPolicy):
             and counter.count_messages(extended) <= limit
         ):
             replay_note(last, context)
-            self._last = LastCall(tuple(messages), extended, key, last.note, last.extra)
+            reading = self._reading
+            if last is not self._last and drop.note is not None and reading is not None:
+                # The read-back sink holds the note's span as the other target's drop wrote it.
+                reading.keep_spans([(*drop.note, True)], context.originals, messages)
+            self._remember(LastCall(tuple(messages), extended, key, last.note, last.extra))
             return extended
         view = self._drop(messages, used, limit, quantum, target, context, fresh=fresh > 0)
         return view
@@ -317,9 +331,23 @@ class FitToBudget(SyncPolicy):
         cuts = safe_cut_points(messages) if dropped else []
         last_unit = max(dropped) if dropped else None
         first_stop = last_unit is not None and freed - sizes[last_unit] < target
-        drop = _Dropped(target, extendable, first_stop, end, cuts[: bisect.bisect_right(cuts, end)])
-        self._last = last_call(messages, view, context_key(context), context, drop)
+        note = next(
+            ((ref, list(items)) for ref, items, _ in reversed(plan.spans) if isinstance(items, list)), None
+        )
+        drop = _Dropped(target, extendable, first_stop, end, cuts[: bisect.bisect_right(cuts, end)], note)
+        self._remember(last_call(messages, view, context_key(context), context, drop))
         return view
+
+    def _remember(self, last: LastCall) -> None:
+        """Make `last` the latest call, keeping the previous one as the latest for its own target."""
+        previous = self._last
+        if previous is not None and isinstance(previous.extra, _Dropped) and previous is not last:
+            self._earlier[previous.extra.target] = previous
+            while len(self._earlier) > _EARLIER_TARGETS:
+                del self._earlier[next(iter(self._earlier))]
+        if isinstance(last.extra, _Dropped):
+            self._earlier.pop(last.extra.target, None)
+        self._last = last
 
     def _degrade(
         self,
@@ -439,6 +467,8 @@ class _Dropped:
     """Where the last dropped step ended in the input."""
     cuts: list[int]
     """The input's safe cut points up to `end`: the steps before it."""
+    note: tuple[str, list[str]] | None = None
+    """The note's read-back span as this drop wrote it: its ref and the steps' refs."""
 
 
 def fit_to_budget(**settings: Any) -> FitToBudget:
@@ -483,16 +513,40 @@ class _Plan:
         head_end = first_prompt + 1
         responses = reading.responses
         n = len(messages)
-        starts = [i for i in safe_cut_points(messages) if head_end <= i < n and responses[i]]
+        cuts = safe_cut_points(messages)
+        kinds = reading.kinds
+        # What the previous plan found before the first message that changed is reused when the
+        # safe cut points there are the same (see `_Reading.plan`): a plan costs the new steps.
+        reused = reading.reusable_plan(head_end, cuts)
+        old_kinds: list[int] = []
+        old_steps: list[int] = []
+        old_conversation: list[int] = []
+        if reused is None:
+            starts = [i for i in cuts if head_end <= i < n and responses[i]]
+            closed, old_limit = 0, 0
+        else:
+            valid, old_starts, old_kinds, old_steps, old_conversation, old_limit = reused
+            kept = bisect.bisect_left(old_starts, valid)
+            starts = old_starts[:kept]
+            starts += [i for i in cuts[bisect.bisect_left(cuts, valid) :] if i < n and responses[i]]
+            # Units whose both ends lie before `valid` have the same messages, so the same kind.
+            closed = max(kept - 1, 0)
+        plan_starts = starts
         units = list(zip(starts, [*starts[1:], n], strict=True)) if starts else []
         if starts:
             # Messages between the head and the first step (only in a malformed view) stay with the head.
             head_end = starts[0]
-        kinds = reading.kinds
-        unit_kinds = [max(kinds[start:end]) for start, end in units]
-        candidates = range(max(len(units) - keep_last_steps, 0))
-        steps = [u for u in candidates if unit_kinds[u] == _STEP]
-        conversation = [u for u in candidates if unit_kinds[u] == _CONVERSATION]
+        unit_kinds = old_kinds[:closed]
+        unit_kinds += [max(kinds[start:end]) for start, end in units[closed:]]
+        limit = max(len(units) - keep_last_steps, 0)
+        # The previous lists hold the units below its own limit only.
+        same = min(closed, limit, old_limit)
+        steps = old_steps[: bisect.bisect_left(old_steps, same)]
+        steps += [u for u in range(same, limit) if unit_kinds[u] == _STEP]
+        conversation = old_conversation[: bisect.bisect_left(old_conversation, same)]
+        conversation += [u for u in range(same, limit) if unit_kinds[u] == _CONVERSATION]
+        reading.plan = (first_prompt + 1, cuts, plan_starts, unit_kinds, steps, conversation, limit)
+        reading.plan_valid = n
         return cls(
             messages,
             head_end,
@@ -585,6 +639,9 @@ class _Plan:
         return detail
 
 
+_EARLIER_TARGETS: Final = 2
+"""Drops remembered for targets other than the latest one's (the size crossing a boundary back and forth)."""
+
 _KINDS: ObjectMemo[str] = ObjectMemo(max_bytes=16 * 1024 * 1024, fields=PINNED_FIELDS)
 """The kind of each message seen (as a one-message unit), while it lives unchanged."""
 
@@ -627,6 +684,13 @@ class _Reading:
     note_span: tuple[str, tuple[str, ...]] | None = None
     noted: tuple[ModelMessage, dict[str, Any], ModelMessage] | None = None
     """The request the latest note went into, the note's record, and the request with the note."""
+    plan: tuple[int, list[int], list[int], list[int], list[int], list[int], int] | None = None
+    """What the latest `_Plan.of` found: the head's end it started from, the safe cut points, the
+    steps' starts, their kinds, the droppable steps and conversation units (in order) and how many
+    units were droppable."""
+    plan_valid: int = 0
+    """`plan` holds for `messages[:plan_valid]`: the messages it was made for that no later reading
+    found changed (0: no plan)."""
 
     @classmethod
     def of(
@@ -656,6 +720,8 @@ class _Reading:
                 previous.kept,
                 previous.note_span,
                 previous.noted,
+                previous.plan,
+                min(previous.plan_valid, same),
             )
         reading._read(messages, counter)
         return reading
@@ -681,6 +747,21 @@ class _Reading:
             notes = notes or drop_record(message) is not None
         self.messages = tuple(messages)
         self.notes = notes
+
+    def reusable_plan(
+        self, head_end: int, cuts: list[int]
+    ) -> tuple[int, list[int], list[int], list[int], list[int], int] | None:
+        """The previous plan's (valid, starts, kinds, steps, conversation units, limit) when what it found
+        before message `valid` (the first one that changed) holds for `cuts` too: the same head,
+        and the same safe cut points before `valid` (a new result may answer an old call)."""
+        plan, valid = self.plan, self.plan_valid
+        if plan is None or plan[0] != head_end or valid <= head_end:
+            return None
+        _, old_cuts, starts, kinds, steps, conversation, limit = plan
+        below = bisect.bisect_left(cuts, valid)
+        if below != bisect.bisect_left(old_cuts, valid) or cuts[:below] != old_cuts[:below]:
+            return None
+        return valid, starts, kinds, steps, conversation, limit
 
     def step_ref(self, messages: Sequence[ModelMessage], unit: tuple[int, int]) -> str:
         found = self.refs.get(unit)

@@ -15,7 +15,7 @@ from pydantic_ai_context import _facts, _markers, _parts
 from pydantic_ai_context._memo import ObjectMemo, remembered_copy
 from pydantic_ai_context.views import CompileContext
 
-from ._base import LastCall, SyncPolicy, context_key, extend_or_resume, resumable
+from ._base import LastCall, SyncPolicy, context_key, extend_or_resume, positions_before, resumable
 from ._frontier import (
     Frontier,
     counter_key,
@@ -138,9 +138,9 @@ class MaskObservations(SyncPolicy):
             # When the frontier moves, what lies well before its previous place is as it was.
             start, previous, before = resumed
             out[:start] = before.output[:start]
-            first_seen = {fact: i for fact, i in previous.first_seen.items() if i < start}
+            first_seen = positions_before(previous.first_seen, start)
             masked_at = previous.masked_at[: bisect.bisect_left(previous.masked_at, start)]
-            result_at = {cid: i for cid, i in previous.result_at.items() if i < start}
+            result_at = positions_before(previous.result_at, start)
         seen = set(first_seen)
         for i in range(start, frontier):
             message = messages[i]

@@ -17,7 +17,7 @@ from pydantic_ai_context._memo import PART_FIELDS, ObjectMemo, remembered_copy
 from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import CompileContext
 
-from ._base import LastCall, SyncPolicy, context_key, extend_or_resume, resumable
+from ._base import LastCall, SyncPolicy, context_key, extend_or_resume, positions_before, resumable
 from ._frontier import (
     Frontier,
     counter_key,
@@ -181,7 +181,7 @@ class TrimToolOutputs(SyncPolicy):
             out[:start] = last.output[:start]
             trimmed_at = previous.trimmed_at[: bisect.bisect_left(previous.trimmed_at, start)]
             clipped_at = previous.clipped_at[: bisect.bisect_left(previous.clipped_at, start)]
-            result_at = {cid: i for cid, i in previous.result_at.items() if i < start}
+            result_at = positions_before(previous.result_at, start)
             # Requests whose results changed failure status are recomputed (all trimmed ones when
             # the previous pass needed no failures: then nothing before `start` was over its limit).
             redo = (

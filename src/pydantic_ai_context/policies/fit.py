@@ -4,24 +4,25 @@ Every other policy shrinks what it can while keeping the history whole. When the
 over the budget's limit, this one removes the oldest whole steps, and if even the smallest view
 it may build does not fit, raises `ContextBudgetExceeded` rather than sending a request the
 provider would reject (DESIGN.md section 3).
+
+The policy and its decisions are here; what it keeps between compiles to resume a drop (the
+reading of its input, the plan, the last drop) is in `_fit_plan.py`, the note it leaves where
+steps went in `_fit_note.py`. Every name importable from this module before stays importable.
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import itertools
 import math
 import operator
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Final, cast
+from typing import Any, Final
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from pydantic_ai_context import _markers, _parts
-from pydantic_ai_context._memo import PINNED_FIELDS, ObjectMemo
 from pydantic_ai_context._prefix import first_difference
 from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.errors import ContextBudgetExceeded
@@ -30,26 +31,21 @@ from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import CompileContext
 
 from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
-from ._frontier import counter_key
+from ._fit_note import _EPOCH as _EPOCH
+from ._fit_note import DROPPED_NOTE as DROPPED_NOTE
+from ._fit_note import MARKER_KIND as MARKER_KIND
+from ._fit_note import _with_note as _with_note
+from ._fit_note import _without_note as _without_note
+from ._fit_note import drop_record
+from ._fit_plan import _CONVERSATION as _CONVERSATION
+from ._fit_plan import _KIND_CODES as _KIND_CODES
+from ._fit_plan import _KINDS as _KINDS
+from ._fit_plan import _NEVER, _STEP, _Dropped, _Plan, _Reading
+from ._fit_plan import _STEP_REQUEST_KINDS as _STEP_REQUEST_KINDS
+from ._fit_plan import _unit_kind as _unit_kind
 from .trim import clip_arguments, shorten_results
 
 __all__ = ('FitToBudget', 'fit_to_budget')
-
-MARKER_KIND: Final = 'dropped'
-
-DROPPED_NOTE: Final = (
-    '[Note from context management, not a new instruction: older steps of this conversation were removed '
-    'from here on to fit the context window; the rest of the conversation follows.]'
-)
-"""The note where steps were dropped. Its text stays the same however many were dropped (the counts
-are in the marker): it sits in an early request, and a text that changed with every drop would
-break the provider's prompt cache from there on."""
-
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-# Request parts of an ordinary agent step: tool results and retry feedback. A step holding anything
-# else (a later user prompt, an instruction change...) is part of the conversation: dropped last.
-_STEP_REQUEST_KINDS: Final = frozenset({'tool-return', 'retry-prompt', 'retry-feedback'})
 
 
 @dataclass(kw_only=True)
@@ -454,23 +450,6 @@ def _clamp_results(
     return out, tokens
 
 
-@dataclass(frozen=True, slots=True)
-class _Dropped:
-    """What `FitToBudget` remembers of its last drop, to tell whether the next view extends it."""
-
-    target: int
-    extendable: bool
-    """The drop reached its target with plain tool steps (new steps join the order after them)."""
-    first_stop: bool
-    """The last step dropped was the first to reach the target (none was added for the note's room)."""
-    end: int
-    """Where the last dropped step ended in the input."""
-    cuts: list[int]
-    """The input's safe cut points up to `end`: the steps before it."""
-    note: tuple[str, list[str]] | None = None
-    """The note's read-back span as this drop wrote it: its ref and the steps' refs."""
-
-
 def fit_to_budget(**settings: Any) -> FitToBudget:
     """Drop the oldest whole steps until the view fits the budget, else raise; see `FitToBudget`.
 
@@ -485,435 +464,5 @@ def fit_to_budget(**settings: Any) -> FitToBudget:
     return FitToBudget(**settings)
 
 
-@dataclass
-class _Plan:
-    """The view cut into a kept head, droppable steps (`units`) and the order to drop them in."""
-
-    messages: Sequence[ModelMessage]
-    head_end: int
-    """`messages[:head_end]` is the framing, always kept."""
-    units: list[tuple[int, int]]
-    """(start, end) of each step after the head; a step starts at a response at a safe cut point."""
-    order: list[int]
-    """Indices into `units`, in the order they may be dropped; units not listed are never dropped."""
-    protected: int
-    """How many units at the end form the recency window."""
-    spans: list[tuple[str, tuple[int, int] | list[str], bool]] = field(default_factory=list)
-    """What the latest `build` dropped, to keep for read-back: (ref, (start, end), False) of each
-    dropped step, then the note's own span (ref, the steps' refs, True), rewritten as it grows."""
-    reading: _Reading | None = None
-    kinds: list[int] = field(default_factory=list)
-    """The kind of each unit (`_STEP`, `_CONVERSATION`, `_NEVER`)."""
-
-    @classmethod
-    def of(cls, messages: Sequence[ModelMessage], *, keep_last_steps: int, reading: _Reading) -> _Plan:
-        first_prompt = next((i for i, m in enumerate(messages) if _parts.has_user_prompt(m)), None)
-        if first_prompt is None:
-            first_prompt = next((i for i, m in enumerate(messages) if isinstance(m, ModelRequest)), 0)
-        head_end = first_prompt + 1
-        responses = reading.responses
-        n = len(messages)
-        cuts = safe_cut_points(messages)
-        kinds = reading.kinds
-        # What the previous plan found before the first message that changed is reused when the
-        # safe cut points there are the same (see `_Reading.plan`): a plan costs the new steps.
-        reused = reading.reusable_plan(head_end, cuts)
-        old_kinds: list[int] = []
-        old_steps: list[int] = []
-        old_conversation: list[int] = []
-        if reused is None:
-            starts = [i for i in cuts if head_end <= i < n and responses[i]]
-            closed, old_limit = 0, 0
-        else:
-            valid, old_starts, old_kinds, old_steps, old_conversation, old_limit = reused
-            kept = bisect.bisect_left(old_starts, valid)
-            starts = old_starts[:kept]
-            starts += [i for i in cuts[bisect.bisect_left(cuts, valid) :] if i < n and responses[i]]
-            # Units whose both ends lie before `valid` have the same messages, so the same kind.
-            closed = max(kept - 1, 0)
-        plan_starts = starts
-        units = list(zip(starts, [*starts[1:], n], strict=True)) if starts else []
-        if starts:
-            # Messages between the head and the first step (only in a malformed view) stay with the head.
-            head_end = starts[0]
-        unit_kinds = old_kinds[:closed]
-        unit_kinds += [max(kinds[start:end]) for start, end in units[closed:]]
-        limit = max(len(units) - keep_last_steps, 0)
-        # The previous lists hold the units below its own limit only.
-        same = min(closed, limit, old_limit)
-        steps = old_steps[: bisect.bisect_left(old_steps, same)]
-        steps += [u for u in range(same, limit) if unit_kinds[u] == _STEP]
-        conversation = old_conversation[: bisect.bisect_left(old_conversation, same)]
-        conversation += [u for u in range(same, limit) if unit_kinds[u] == _CONVERSATION]
-        reading.plan = (first_prompt + 1, cuts, plan_starts, unit_kinds, steps, conversation, limit)
-        reading.plan_valid = n
-        return cls(
-            messages,
-            head_end,
-            units,
-            steps + conversation,
-            min(keep_last_steps, len(units)),
-            reading=reading,
-            kinds=unit_kinds,
-        )
-
-    def build(self, dropped: set[int], sizes: list[int]) -> list[ModelMessage]:
-        if not dropped:
-            return list(self.messages)
-        reading = self.reading
-        assert reading is not None
-        messages, units = self.messages, self.units
-        gone = sorted(dropped)
-        # The kept messages, as slices between the dropped steps.
-        out: list[ModelMessage] = list(messages[: units[gone[0]][0]])
-        note_at = len(out) - 1
-        for u, v in zip(gone, [*gone[1:], len(units)], strict=True):
-            if v > u + 1:
-                out.extend(messages[units[u + 1][0] : units[v - 1][1]])
-        observations = reading.observations
-        n = sum(units[u][1] - units[u][0] for u in gone)
-        tokens = sum(sizes[u] for u in gone)
-        count = sum(observations[units[u][1]] - observations[units[u][0]] for u in gone)
-        refs = [reading.step_ref(messages, units[u]) for u in gone]
-        made: list[tuple[ModelMessage, dict[str, Any], ModelMessage]] = []
-        view, self.spans = _with_note(
-            out,
-            note_at,
-            n,
-            tokens,
-            count,
-            refs,
-            [units[u] for u in gone],
-            notes=reading.notes,
-            noted=reading.noted,
-            notes_out=made,
-        )
-        if made:
-            reading.noted = made[-1]
-        return view
-
-    def explain_degraded(self, view: list[ModelMessage], counter: TokenCounter, limit: int) -> str:
-        """Why the view does not fit even with the recency window trimmed and the newest result clamped."""
-        head = sum(message_tokens(counter, m) for m in view[: self.head_end])
-        length = self.units[-1][1] - self.units[-1][0] if self.units else 1
-        newest = sum(message_tokens(counter, m) for m in view[len(view) - length :])
-        if head > limit:
-            return (
-                f'the task framing alone is {head:,} tokens (messages 0-{self.head_end - 1}), '
-                f'more than the limit of {limit:,}'
-            )
-        if head + newest > limit:
-            return (
-                f'the task framing ({head:,} tokens) and the newest step, its results clamped '
-                f'({newest:,} tokens), do not fit the limit of {limit:,} together'
-            )
-        rest = counter.count_messages(view) - head - newest
-        return (
-            f'the task framing ({head:,} tokens), the newest step ({newest:,} tokens) and the steps '
-            f'that must stay (pinned or system prompts, the recency window, trimmed: {rest:,} tokens) '
-            f'do not fit the limit of {limit:,}'
-        )
-
-    def explain(self, view: list[ModelMessage], dropped: set[int], counter: TokenCounter, limit: int) -> str:
-        """Why the smallest view does not fit: what it still holds, and any message too large on its own."""
-        newest = len(self.messages) - 1
-        newest_tokens = message_tokens(counter, self.messages[newest])
-        if newest_tokens > limit:
-            kind = 'request' if isinstance(self.messages[newest], ModelRequest) else 'message'
-            return (
-                f'the newest {kind} alone is {newest_tokens:,} tokens (message {newest}), '
-                f'more than the limit of {limit:,}'
-            )
-        head = sum(message_tokens(counter, m) for m in self.messages[: self.head_end])
-        recent_units = self.units[len(self.units) - self.protected :]
-        recent = sum(message_tokens(counter, m) for s, e in recent_units for m in self.messages[s:e])
-        detail = (
-            f'after dropping {len(dropped)} of {len(self.units)} steps, the view still holds the task framing '
-            f'({head:,} tokens), the last {self.protected} steps ({recent:,} tokens) and '
-            f'{len(self.units) - self.protected - len(dropped)} steps that must stay (pinned or system prompts)'
-        )
-        largest = max(range(len(self.messages)), key=lambda i: message_tokens(counter, self.messages[i]))
-        largest_tokens = message_tokens(counter, self.messages[largest])
-        if largest_tokens > limit:
-            detail += f'; message {largest} alone is {largest_tokens:,} tokens'
-        return detail
-
-
 _EARLIER_TARGETS: Final = 2
 """Drops remembered for targets other than the latest one's (the size crossing a boundary back and forth)."""
-
-_KINDS: ObjectMemo[str] = ObjectMemo(max_bytes=16 * 1024 * 1024, fields=PINNED_FIELDS)
-"""The kind of each message seen (as a one-message unit), while it lives unchanged."""
-
-_STEP: Final = 0
-_CONVERSATION: Final = 1
-_NEVER: Final = 2
-_KIND_CODES: Final = {'step': _STEP, 'conversation': _CONVERSATION, 'never': _NEVER}
-
-
-@dataclass(eq=False)
-class _Reading:
-    """What `fit_to_budget` reads of each message of its input, kept from one compile to the next.
-
-    Per message: its tokens, its kind, whether it is a response, and running counts of observations
-    (tool-result requests); per step: its span ref, and which step spans the read-back sink already
-    holds. The next compile of the same conversation (same generation of the compiling scope: no
-    message edited in place since) reads only the messages from the first one that changed, so a
-    plan costs the new messages plus a few passes over plain lists, never a token count or a digest
-    per old message.
-    """
-
-    messages: tuple[ModelMessage, ...]
-    generation: int | None
-    counter: Hashable
-    tokens: list[int]
-    """`message_tokens` of each message."""
-    kinds: list[int]
-    """`_STEP`, `_CONVERSATION` or `_NEVER` of each message as a one-message unit."""
-    responses: list[bool]
-    observations: list[int]
-    """Observations before each message, and of all (one longer than `messages`)."""
-    notes: bool
-    """Some message carries a drop note's record (a view of a view)."""
-    refs: dict[tuple[int, int], str] = field(default_factory=dict[tuple[int, int], str])
-    """Span ref of each step read so far, by its (start, end) in `messages`."""
-    sink: Any = None
-    """The read-back sink `kept` refers to."""
-    kept: set[str] = field(default_factory=set[str])
-    """Refs of the step spans kept in `sink`, and of the note span as last written."""
-    note_span: tuple[str, tuple[str, ...]] | None = None
-    noted: tuple[ModelMessage, dict[str, Any], ModelMessage] | None = None
-    """The request the latest note went into, the note's record, and the request with the note."""
-    plan: tuple[int, list[int], list[int], list[int], list[int], list[int], int] | None = None
-    """What the latest `_Plan.of` found: the head's end it started from, the safe cut points, the
-    steps' starts, their kinds, the droppable steps and conversation units (in order) and how many
-    units were droppable."""
-    plan_valid: int = 0
-    """`plan` holds for `messages[:plan_valid]`: the messages it was made for that no later reading
-    found changed (0: no plan)."""
-
-    @classmethod
-    def of(
-        cls, messages: Sequence[ModelMessage], counter: TokenCounter, previous: _Reading | None
-    ) -> _Reading:
-        generation = active_generation()
-        key = counter_key(counter)
-        same = 0
-        if previous is not None and generation is not None and previous.generation == generation:
-            same = first_difference(previous.messages, messages)
-        if previous is None or same == 0:
-            reading = cls((), generation, key, [], [], [], [0], False)
-        else:
-            reading = cls(
-                previous.messages[:same],
-                generation,
-                key,
-                previous.tokens[:same] if previous.counter == key else [],
-                previous.kinds[:same],
-                previous.responses[:same],
-                previous.observations[: same + 1],
-                previous.notes and any(map(drop_record, previous.messages[:same])),
-                previous.refs
-                if same == len(previous.messages)
-                else {k: v for k, v in previous.refs.items() if k[1] <= same},
-                previous.sink,
-                previous.kept,
-                previous.note_span,
-                previous.noted,
-                previous.plan,
-                min(previous.plan_valid, same),
-            )
-        reading._read(messages, counter)
-        return reading
-
-    def _read(self, messages: Sequence[ModelMessage], counter: TokenCounter) -> None:
-        start = len(self.messages)
-        tokens, kinds, responses, observations = self.tokens, self.kinds, self.responses, self.observations
-        for message in messages[len(tokens) : start]:
-            tokens.append(message_tokens(counter, message))
-        count = observations[-1]
-        notes = self.notes
-        for message in messages[start:]:
-            tokens.append(message_tokens(counter, message))
-            found = _KINDS.get(message)
-            if found is None:
-                found = _KINDS.put(message, _unit_kind((message,)))
-            kinds.append(_KIND_CODES[found])
-            is_response = isinstance(message, ModelResponse)
-            responses.append(is_response)
-            if not is_response and _parts.tool_results(message):
-                count += 1
-            observations.append(count)
-            notes = notes or drop_record(message) is not None
-        self.messages = tuple(messages)
-        self.notes = notes
-
-    def reusable_plan(
-        self, head_end: int, cuts: list[int]
-    ) -> tuple[int, list[int], list[int], list[int], list[int], int] | None:
-        """The previous plan's (valid, starts, kinds, steps, conversation units, limit) when what it found
-        before message `valid` (the first one that changed) holds for `cuts` too: the same head,
-        and the same safe cut points before `valid` (a new result may answer an old call)."""
-        plan, valid = self.plan, self.plan_valid
-        if plan is None or plan[0] != head_end or valid <= head_end:
-            return None
-        _, old_cuts, starts, kinds, steps, conversation, limit = plan
-        below = bisect.bisect_left(cuts, valid)
-        if below != bisect.bisect_left(old_cuts, valid) or cuts[:below] != old_cuts[:below]:
-            return None
-        return valid, starts, kinds, steps, conversation, limit
-
-    def step_ref(self, messages: Sequence[ModelMessage], unit: tuple[int, int]) -> str:
-        found = self.refs.get(unit)
-        if found is None:
-            found = self.refs[unit] = _markers.span_ref(messages[unit[0] : unit[1]])
-        return found
-
-    def keep_spans(
-        self,
-        spans: list[tuple[str, tuple[int, int] | list[str], bool]],
-        sink: _markers.OriginalsSink | None,
-        messages: Sequence[ModelMessage],
-    ) -> None:
-        """Keep the dropped steps' spans in `sink` (each once: a span's ref names its messages) and
-        the note's span (again only when its list of steps changed)."""
-        if sink is None:
-            return
-        if sink != self.sink:
-            self.sink, self.kept, self.note_span = sink, set(), None
-        for ref, items, replace in spans:
-            if isinstance(items, tuple):
-                if ref not in self.kept:
-                    sink.keep_span(ref, list(messages[items[0] : items[1]]), replace=replace)
-                    self.kept.add(ref)
-            elif self.note_span != (ref, tuple(items)):
-                sink.keep_span(ref, list[ModelMessage | str](items), replace=replace)
-                self.note_span = (ref, tuple(items))
-
-
-def _unit_kind(segment: Sequence[ModelMessage]) -> str:
-    kind = 'step'
-    for message in segment:
-        if _parts.message_pinned(message) or _parts.has_system_prompt(message):
-            return 'never'
-        if isinstance(message, ModelRequest) and any(
-            getattr(p, 'part_kind', None) not in _STEP_REQUEST_KINDS for p in message.parts
-        ):
-            kind = 'conversation'
-    return kind
-
-
-def _with_note(
-    view: list[ModelMessage],
-    at: int,
-    messages: int,
-    tokens: int,
-    observations: int,
-    step_refs: list[str],
-    steps: list[tuple[int, int]],
-    *,
-    notes: bool = True,
-    noted: tuple[ModelMessage, dict[str, Any], ModelMessage] | None = None,
-    notes_out: list[tuple[ModelMessage, dict[str, Any], ModelMessage]] | None = None,
-) -> tuple[list[ModelMessage], list[tuple[str, tuple[int, int] | list[str], bool]]]:
-    """`view` with the note on what was dropped in the request at `at` (merging an earlier note),
-    and the spans to keep for read-back.
-
-    The note records how many observations (tool-result requests) went with the dropped steps:
-    the compaction frontier still counts them, so a view of this view compacts the same messages.
-
-    Each dropped step (its ref in `step_refs`, its input range in `steps`) is a span of its own
-    (kept once); the note names a span listing them, whose ref comes from the first step dropped
-    after the head. Drops start there every time, so the ref, and with it the note's text, stays
-    the same as more steps are dropped: the request holding the note stays in the provider's
-    prompt cache. `notes=False`: the input holds no earlier note (nothing to merge). `noted`: the
-    (request, record, noted request) of an earlier call, reused when the same again; a new one is
-    appended to `notes_out`.
-    """
-    earlier_ref: str | None = None
-    earlier_steps: list[str] = []
-    for i, message in enumerate(view if notes else ()):
-        found = drop_record(message)
-        if found is not None:
-            # A view of a view under a smaller budget: one note for everything removed.
-            messages += int(found.get('messages', 0))
-            tokens += int(found.get('tokens', 0))
-            observations += int(found.get('observations', 0))
-            if isinstance(found.get('ref'), str):
-                earlier_ref = found['ref']
-                earlier_steps = [r for r in found.get('steps', []) if isinstance(r, str)]
-            view[i] = _without_note(message, found)
-    all_steps = list(dict.fromkeys([*earlier_steps, *step_refs]))
-    ref = earlier_ref or (f'd{step_refs[0][1:]}' if step_refs else _markers.span_ref([]))
-    target = view[at]
-    note = _markers.with_ref(DROPPED_NOTE, ref)
-    record = {
-        'kind': MARKER_KIND,
-        'messages': messages,
-        'tokens': tokens,
-        'observations': observations,
-        'note': note,
-        'ref': ref,
-        'steps': all_steps,
-    }
-    if isinstance(target, ModelRequest):
-        # A fixed timestamp: the view must be the same, byte for byte, every time it is compiled.
-        stamp = target.timestamp or next(
-            (p.timestamp for p in target.parts if hasattr(p, 'timestamp')), _EPOCH
-        )
-        existing = _parts.marker(target)
-        # The request may already be a summary (merged into the task framing): its record stays,
-        # with the drop's nested under it.
-        combined = {**existing, MARKER_KIND: record} if existing is not None else record
-        if noted is not None and noted[0] is target and noted[1] == combined:
-            # The same note on the same request as the previous compile: the same object, so
-            # what is remembered of the view's prefix (totals, validity) stays valid.
-            view[at] = noted[2]
-        else:
-            view[at] = dataclasses.replace(
-                target,
-                parts=[*target.parts, UserPromptPart(note, timestamp=stamp)],
-                metadata=_parts.with_marker(target.metadata, combined),
-            )
-            if notes_out is not None:
-                notes_out.append((target, combined, view[at]))
-    else:
-        # Only in a malformed view (two responses in a row): the note gets a request of its own.
-        request = ModelRequest(
-            parts=[UserPromptPart(note, timestamp=_EPOCH)],
-            metadata=_parts.with_marker(None, record),
-            run_id=getattr(target, 'run_id', None),
-        )
-        view.insert(at + 1, request)
-    spans: list[tuple[str, tuple[int, int] | list[str], bool]] = [
-        (step_ref, step, False) for step_ref, step in zip(step_refs, steps, strict=True)
-    ]
-    spans.append((ref, all_steps, True))
-    return view, spans
-
-
-def drop_record(message: ModelMessage) -> dict[str, Any] | None:
-    """The record of a drop note the message carries: its own marker, or nested under another
-    record (a summary merged into the task framing keeps its own marker)."""
-    record = _parts.marker(message)
-    if record is None:
-        return None
-    if record.get('kind') == MARKER_KIND:
-        return record
-    nested = record.get(MARKER_KIND)
-    return nested if isinstance(nested, dict) else None
-
-
-def _without_note(message: ModelMessage, record: dict[str, Any]) -> ModelMessage:
-    note = record.get('note')
-    parts = [p for p in message.parts if not (isinstance(p, UserPromptPart) and p.content == note)]
-    outer = _parts.marker(message)
-    if outer is not None and outer.get('kind') != MARKER_KIND:
-        rest = {k: v for k, v in outer.items() if k != MARKER_KIND}
-        kept: ModelMessage = dataclasses.replace(
-            cast(Any, message), parts=parts, metadata=_parts.with_marker(message.metadata, rest)
-        )
-        return kept
-    meta = {k: v for k, v in (message.metadata or {}).items() if k != _parts.META_KEY}
-    stripped: ModelMessage = dataclasses.replace(cast(Any, message), parts=parts, metadata=meta or None)
-    return stripped

@@ -27,12 +27,13 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from pydantic_ai_context import ContextBudgetExceeded, ContextProfile, HeuristicCounter, _search, profile
+from pydantic_ai_context import ContextBudgetExceeded, ContextProfile, HeuristicCounter, profile
 from pydantic_ai_context._markers import span_ref
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, is_failed_result, marker, part_text
 from pydantic_ai_context.archive import ContextArchive, MemoryReadbackStore
 from pydantic_ai_context.readback import (
     READBACK_INSTRUCTION,
+    _search,
     read_context,
     search_context,
     shows_markers,

@@ -17,12 +17,11 @@ from pydantic_ai_context import (
     ContextBudgetExceeded,
     ContextProfile,
     HeuristicCounter,
-    _search,
     normalize_with_repairs,
     profile,
 )
 from pydantic_ai_context._markers import ref_of
-from pydantic_ai_context.readback import read_context, search_context
+from pydantic_ai_context.readback import _search, read_context, search_context
 from pydantic_ai_context.replay import extractive_summary_model
 
 from .builders import History, Tool, long_text

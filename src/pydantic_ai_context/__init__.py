@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import presets as _presets  # noqa: F401  (registers the presets)
-from .archive import ContextArchive, MemoryReadbackStore, ReadbackStore
 from .budget import ContextBudget, resolve_context_window
 from .commands import CompactResult, HistoryStats, clear, compact, compact_result, history_stats
 from .errors import (
@@ -55,6 +54,7 @@ from .policies import (
 )
 from .profiles import ContextProfile, available_profiles, profile, register_profile
 from .readback import readback_toolset
+from .readback.archive import ContextArchive, MemoryReadbackStore, ReadbackStore
 from .request_tokens import RequestTokens, weigh_request
 from .session import ContextSession, StoreSummaryCache
 from .session.readback import StoreReadbackStore

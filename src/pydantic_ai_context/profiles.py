@@ -28,7 +28,6 @@ from pydantic_ai.toolsets import FunctionToolset
 
 from . import _registry, registry
 from ._scope import MemoScope, compiling
-from .archive import ContextArchive, ReadbackStore
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
 from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
 from .budget import ContextBudget, resolve_context_window
@@ -43,6 +42,7 @@ from .integration.request_path import HAS_PREPARE_HOOK, RequestPath
 from .integration.toolset import ReadbackTools
 from .overhead import OverheadMemo, RequestOverhead
 from .policies._summary_ahead import BackgroundSummaries
+from .readback.archive import ContextArchive, ReadbackStore
 from .registry import split_settings
 from .tokens import TokenCounter, default_counter
 from .views import CompileContext, Step, compile_view, step_name

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic_ai.toolsets import FunctionToolset
 
-from ..archive import ContextArchive
 from ..readback import readback_toolset
+from ..readback.archive import ContextArchive
 
 __all__ = ('ReadbackTools',)
 

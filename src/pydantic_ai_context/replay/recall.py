@@ -34,8 +34,8 @@ from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import ModelMessage
 
 from .. import _markers, _parts
-from ..archive import ContextArchive
 from ..readback import read_context, search_context
+from ..readback.archive import ContextArchive
 from ..tokens import TokenCounter
 from ..views import run_spans
 from .facts import FactIndex

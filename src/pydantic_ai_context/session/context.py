@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
 
-from ..archive import ContextArchive
 from ..budget import ContextBudget
 from ..commands import HistoryStats, history_stats
 from ..errors import HistoryIntegrityError
@@ -28,6 +27,7 @@ from ..openai_format import from_openai, to_openai
 from ..policies.summarize import SummarizeWindow
 from ..profiles import ContextProfile
 from ..profiles import profile as make_profile
+from ..readback.archive import ContextArchive
 from ..store import ArtifactStore, MemoryStore, SessionStore
 from ..store._codec import check_id
 from ..views import CompileContext, compile_view, conversation_view

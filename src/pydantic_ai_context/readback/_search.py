@@ -18,7 +18,7 @@ from typing import Final
 
 __all__ = ('query_terms', 'rank')
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger('pydantic_ai_context._search')
 
 MAX_TERMS: Final = 32
 SNIPPET_TOKENS: Final = 16

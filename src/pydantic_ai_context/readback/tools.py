@@ -32,11 +32,12 @@ from pydantic_ai.messages import (
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
-from . import _parts, _search
-from ._markers import READ_CONTEXT, SEARCH_CONTEXT, has_ref, is_readback, ref_of
-from ._memo import ObjectMemo
+from .. import _parts
+from .._markers import READ_CONTEXT, SEARCH_CONTEXT, has_ref, is_readback, ref_of
+from .._memo import ObjectMemo
+from ..integrity import unique_call_ids
+from . import _search
 from .archive import ContextArchive
-from .integrity import unique_call_ids
 
 __all__ = (
     'READBACK_INSTRUCTION',
@@ -49,7 +50,7 @@ __all__ = (
     'with_readback_instruction',
 )
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger('pydantic_ai_context.readback')
 
 READBACK_INSTRUCTION: Final = (
     'Some earlier tool outputs and messages of this conversation are shortened or left out to save '

@@ -37,6 +37,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.policies import _summary_ahead, _summary_plan
 from pydantic_ai_context.policies._base import AsyncPolicy
+from pydantic_ai_context.policies._fit_note import drop_record
 from pydantic_ai_context.policies._frontier import unresolved_failures
 from pydantic_ai_context.policies._summary_block import (
     ACK_KIND,
@@ -284,7 +285,7 @@ class SummarizeWindow(AsyncPolicy):
             return messages
         reading = self._ledger.read(messages, context.counter)
         zones = find_zones(messages, summaries=reading.summaries, cuts=reading.cut_points)
-        if zones is None:
+        if zones is None or _fitted_by_a_drop(self._ledger, messages, zones, context):
             return messages
         reuse: tuple[int, str] | None = None
         interim: str | None = None  # summary ahead: a marker while the summary is on its way
@@ -493,6 +494,26 @@ class SummarizeWindow(AsyncPolicy):
     ) -> tuple[str, str]:
         """The text of the summary covering the log up to `end`, and 'summary' or 'fallback'."""
         return await self._calls.summary(self, messages, zones, end, model, context, why)
+
+
+def _fitted_by_a_drop(
+    ledger: SummaryLedger, messages: Sequence[ModelMessage], zones: Zones, context: CompileContext
+) -> bool:
+    """The input is a view `fit_to_budget` already fitted by dropping the steps after the summary
+    (or the head), because no summary made it fit: a view of that view keeps it as it is.
+
+    Only views carry a drop note (a log never does), so a view compiled again (or a history a
+    destructive mode replaced) stays the same view until it is over the limit again; without
+    this, the smaller dropped view let a summary plan that the log had not, and a view of the
+    view differed from it (found by the idempotence property test).
+    """
+    budget = context.budget
+    return (
+        budget is not None
+        and zones.start < len(messages)
+        and drop_record(messages[zones.start]) is not None
+        and ledger.count(messages, 0, len(messages), context.counter) <= budget.limit
+    )
 
 
 def summarize_window(**settings: Any) -> SummarizeWindow:

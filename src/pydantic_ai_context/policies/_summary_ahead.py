@@ -55,12 +55,11 @@ from pydantic_ai_context.policies._summary_block import (
     digest_text,
     find_zones,
 )
-from pydantic_ai_context.policies._summary_call import AHEAD
+from pydantic_ai_context.policies._summary_call import AHEAD, SpanSummaries
 from pydantic_ai_context.policies._summary_plan import step_ends
 from pydantic_ai_context.policies._summary_reading import SummaryLedger
 from pydantic_ai_context.policies._summary_tasks import BackgroundSummaries as BackgroundSummaries
 from pydantic_ai_context.policies._summary_tasks import Pending, cancel
-from pydantic_ai_context.policies.summary_cache import SummaryCache
 from pydantic_ai_context.views import CompileContext
 
 __all__ = (
@@ -109,14 +108,12 @@ _INTERIM_FACT_SHARE: Final = 0.05
 """Share of the limit the interim marker's fact list may take (a summary is about that size)."""
 
 
-class AheadPolicy(Protocol):
+class AheadPolicy(SpanSummaries, Protocol):
     """What summaries made ahead need of their policy (`SummarizeWindow` is one): its settings, the
     ledger of what it keeps between compiles, its span plan, its cache keys and its summary."""
 
     @property
     def name(self) -> str: ...
-    @property
-    def cache(self) -> SummaryCache: ...
     @property
     def low_water(self) -> float | None: ...
     @property
@@ -126,22 +123,10 @@ class AheadPolicy(Protocol):
     @property
     def keep_current_run(self) -> bool: ...
     @property
-    def step_messages(self) -> int: ...
-    @property
     def ledger(self) -> SummaryLedger: ...
     def plans_by_budget(self, context: CompileContext) -> bool: ...
     def trigger_tokens(self, context: CompileContext) -> int | None: ...
-    def summary_tokens(self, context: CompileContext, zones: Zones) -> int | None: ...
     def key_template(self, previous: str | None, model: Any, size: int | None) -> tuple[str, str]: ...
-    def key(
-        self,
-        messages: Sequence[ModelMessage],
-        start: int,
-        end: int,
-        previous: str | None,
-        model: Any,
-        size: int | None,
-    ) -> str: ...
     def candidates(
         self,
         messages: Sequence[ModelMessage],
@@ -150,14 +135,6 @@ class AheadPolicy(Protocol):
         *,
         enter_run: bool = False,
     ) -> list[int]: ...
-    def walk_chain(
-        self,
-        messages: Sequence[ModelMessage],
-        zones: Zones,
-        ends: Sequence[int],
-        model: Any,
-        size: int | None,
-    ) -> tuple[int, str | None, str | None]: ...
     async def summary(
         self,
         messages: Sequence[ModelMessage],

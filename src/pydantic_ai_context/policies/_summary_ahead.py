@@ -56,7 +56,7 @@ from pydantic_ai_context.policies._summary_block import (
     find_zones,
 )
 from pydantic_ai_context.policies._summary_call import AHEAD, SpanSummaries
-from pydantic_ai_context.policies._summary_plan import step_ends
+from pydantic_ai_context.policies._summary_plan import MIN_TAIL_SHARE, step_ends
 from pydantic_ai_context.policies._summary_reading import SummaryLedger
 from pydantic_ai_context.policies._summary_tasks import BackgroundSummaries as BackgroundSummaries
 from pydantic_ai_context.policies._summary_tasks import Pending, cancel
@@ -103,7 +103,6 @@ class Interim:
     text: str
 
 
-_MIN_TAIL_SHARE: Final = 0.1
 _INTERIM_FACT_SHARE: Final = 0.05
 """Share of the limit the interim marker's fact list may take (a summary is about that size)."""
 
@@ -284,7 +283,7 @@ def start_if_due(
     fixed = _fixed(zones, context)
     planned = counter.count_text(chain.previous) if chain.previous else asked // 2
     room = low - fixed - planned
-    if high - fixed - asked < limit * _MIN_TAIL_SHARE:
+    if high - fixed - asked < limit * MIN_TAIL_SHARE:
         return  # no summary would be made at the trigger either
     if chain.projected < min(high, limit - int(max(room, 0) * policy.ahead_lead)):
         return  # not yet: the cached summaries keep the view far enough from the limit

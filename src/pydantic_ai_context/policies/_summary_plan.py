@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from pydantic_ai.messages import ModelMessage
 
@@ -21,7 +22,11 @@ from pydantic_ai_context.policies.summary_cache import SummaryCache
 from pydantic_ai_context.tokens import message_tokens
 from pydantic_ai_context.views import CompileContext, current_run
 
-__all__ = ('candidates', 'span_end', 'step_ends', 'walk_chain')
+__all__ = ('MIN_TAIL_SHARE', 'candidates', 'span_end', 'step_ends', 'walk_chain')
+
+MIN_TAIL_SHARE: Final = 0.1
+"""Share of the limit the recent steps need beside the task framing and a summary for a summary to be
+worth making."""
 
 
 def span_end(

@@ -55,6 +55,7 @@ from pydantic_ai_context.policies._summary_block import (
 )
 from pydantic_ai_context.policies._summary_call import FALLBACK_TEMPLATE as FALLBACK_TEMPLATE
 from pydantic_ai_context.policies._summary_call import SummaryCalls
+from pydantic_ai_context.policies._summary_plan import MIN_TAIL_SHARE
 from pydantic_ai_context.policies._summary_reading import SummaryLedger, key_template
 from pydantic_ai_context.policies.summariser import (
     PROMPT_VERSION,
@@ -89,9 +90,6 @@ __all__ = (
 
 _MIN_SUMMARY_TOKENS: Final = 200
 """The least a summariser is asked for, however tight the budget."""
-_MIN_TAIL_SHARE: Final = 0.1
-"""Share of the limit the recent steps need beside the task framing and a summary for a summary to be
-worth making."""
 
 # --- the policy --------------------------------------------------------------------------------
 
@@ -390,7 +388,7 @@ class SummarizeWindow(AsyncPolicy):
         ):
             return start, (start, previous)
         asked = self.summary_tokens(context, zones) or 0
-        if high - fixed - asked < budget.limit * _MIN_TAIL_SHARE:
+        if high - fixed - asked < budget.limit * MIN_TAIL_SHARE:
             # The task framing and a summary leave (next to) no room for the recent steps: a
             # summary would be dropped again at once. Leave the steps to fit_to_budget.
             return None

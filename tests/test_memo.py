@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import gc
 import weakref
@@ -36,6 +37,7 @@ from pydantic_ai_context import (
 from pydantic_ai_context._memo import ENTRY_BYTES, PART_FIELDS, VALUE_BYTES, ObjectMemo
 from pydantic_ai_context._scope import MemoScope, TextMemo, active_generation, compiling
 from pydantic_ai_context.policies.mask import mask_observations
+from pydantic_ai_context.readback.archive import ContextArchive
 from pydantic_ai_context.replay import extractive_summary_model
 from pydantic_ai_context.tokens import default_counter
 
@@ -444,12 +446,16 @@ def _variants(log: list[ModelMessage], cuts: list[tuple[int, int, str]]) -> list
             out.append(log[:j])
         elif how == 'copies':
             out.append([*log[:k], *(dataclasses.replace(m) for m in log[k:j])])
+        elif how == 'deep':  # equal messages with parts of their own (a log reloaded from JSON)
+            out.append([*log[:k], *copy.deepcopy(log[k:j])])
         else:
             out.append([*log[:k], *log[j:]])
     return out
 
 
 def _folded(messages: list[ModelMessage], counter: Any) -> tuple[Any, ...]:
+    from pydantic_ai_context._instructions import newest_instructions
+    from pydantic_ai_context._markers import first_conversation_id
     from pydantic_ai_context.integrity import _already_valid, safe_cut_points
     from pydantic_ai_context.policies._frontier import observation_indices, unresolved_failures
     from pydantic_ai_context.views import run_spans
@@ -461,14 +467,22 @@ def _folded(messages: list[ModelMessage], counter: Any) -> tuple[Any, ...]:
         run_spans(messages),
         _already_valid(messages),
         counter.count_messages(messages),
+        newest_instructions(messages),
+        first_conversation_id(messages),
+        _ARCHIVE._fingerprints_of(messages),
     )
+
+
+_ARCHIVE = ContextArchive()
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     log=st.one_of(histories(max_runs=3, max_steps=8), broken_histories()),
     cuts=st.lists(
-        st.tuples(st.integers(0, 60), st.integers(0, 60), st.sampled_from(['prefix', 'copies', 'drop'])),
+        st.tuples(
+            st.integers(0, 60), st.integers(0, 60), st.sampled_from(['prefix', 'copies', 'deep', 'drop'])
+        ),
         min_size=1,
         max_size=12,
     ),
@@ -476,9 +490,11 @@ def _folded(messages: list[ModelMessage], counter: Any) -> tuple[Any, ...]:
 def test_folds_resumed_within_a_compile_equal_fresh_ones(
     log: list[ModelMessage], cuts: list[tuple[int, int, str]]
 ) -> None:
-    """Cut points, observations, unresolved failures, runs, the validity check and token totals are folds the
-    compiling scope resumes from the first message that differs from a list it folded before:
-    each must equal the value computed outside any compile, whatever order the lists come in."""
+    """Cut points, observations, unresolved failures, runs, the validity check, token totals, the
+    newest instructions, conversation ids and lineage fingerprints are folds the compiling scope
+    resumes from the first message that differs from (is not equal to) a list it folded before:
+    each must equal the value computed outside any compile, whatever order the lists come in,
+    equal copies (shallow or deep) included."""
     counter = HeuristicCounter()
     scope = MemoScope()
     with compiling(scope, log):
@@ -509,3 +525,42 @@ def test_cut_points_come_back_when_a_result_far_from_its_call_is_cut_off() -> No
         assert safe_cut_points(log) == [0, 1, 5]
         assert safe_cut_points(log[:4]) == [0, 1, 2, 3, 4]
         assert safe_cut_points(log) == [0, 1, 5]
+
+
+def test_a_fold_is_resumed_for_equal_messages_and_not_past_a_different_one() -> None:
+    """Folds are resumed by value: a deep copy of the log continues the fold of the log (only the new
+    messages are read), while a list as long as the log whose middle message differs is read
+    again from that message."""
+    from pydantic_ai_context._scope import resumed_fold
+
+    class Reads:
+        read = 0
+
+        def __init__(self) -> None:
+            self.messages: list[ModelMessage] = []
+            self.tokens: list[int] = [0]
+
+        def truncate(self, n: int) -> None:
+            del self.messages[n:], self.tokens[n + 1 :]
+
+        def extend(self, messages: Any) -> None:
+            for message in messages[len(self.messages) :]:
+                Reads.read += 1
+                self.messages.append(message)
+                self.tokens.append(self.tokens[-1] + len(repr(message.parts)))
+
+    def total(messages: list[ModelMessage]) -> int:
+        return resumed_fold('test.reads', messages, Reads, lambda fold: fold.tokens[-1])
+
+    log = coding_log(20)
+    changed = list(log)
+    changed[21] = ModelRequest(parts=[ToolReturnPart('read_file', 'other text', tool_call_id='c10')])
+    with compiling(MemoScope(), log):
+        fresh = total(log)
+        Reads.read = 0
+        assert total(changed) == sum(len(repr(m.parts)) for m in changed)
+        assert Reads.read == len(log) - 21  # read again from the message that differs
+        total(log)
+        Reads.read = 0
+        assert total([*copy.deepcopy(log), *coding_log(1)[1:]]) > fresh
+        assert Reads.read == 2  # the deep copy continued the fold: the two new messages only

@@ -29,7 +29,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 from pydantic_ai.messages import ModelResponse
 
 from ._memo import _COMPILE, _PARTS, _same, stamp
-from ._prefix import PrefixMemo, begins_with, first_difference
+from ._prefix import PrefixMemo, begins_with, equal_prefix, equal_prefix_length
 
 __all__ = (
     'TEXT_MEMO_CHARS',
@@ -125,7 +125,7 @@ class _Snapshot:
             return False
         return (
             all(map(operator.is_, self.parts, map(_PARTS, self.messages)))
-            and all(map(operator.eq, self.lengths, map(len, self.parts)))
+            and tuple(map(len, self.parts)) == self.lengths  # ints: equality is exact, and a pass in C
             and all(_same(fields, stamp(self.messages[i])) for i, fields in self.open)
         )
 
@@ -321,7 +321,12 @@ def scope_text_memo(name: Hashable) -> TextMemo[Any] | None:
 
 
 class Fold(Protocol):
-    """A fold over a list of messages that can be cut back to a prefix and extended again."""
+    """A fold over a list of messages that can be cut back to a prefix and extended again.
+
+    Its state must be a function of the messages' values (counts, indices, ids, flags): a fold is
+    resumed for a list that begins with messages *equal* to those it read, not only the same
+    objects, and it never hands out the message objects it keeps.
+    """
 
     messages: list[Any]
 
@@ -340,8 +345,9 @@ _FOLD_MIN_MESSAGES: Final = 4
 
 
 def resumed_fold(name: Hashable, messages: Sequence[Any], new: Callable[[], F], read: Callable[[F], R]) -> R:
-    """The fold `name` over `messages`, resumed from the first message that changed since one of
-    the active scope's last folds of that name (a fresh one outside a compile).
+    """The fold `name` over `messages`, resumed from the first message that differs from (is not
+    equal to) those one of the active scope's last folds of that name read (a fresh one outside a
+    compile).
 
     The scope checks once per compile that no message changed in place, and its caches belong to one
     generation, so a fold resumed this way equals a fresh one. Each call's work is the messages after
@@ -354,11 +360,14 @@ def resumed_fold(name: Hashable, messages: Sequence[Any], new: Callable[[], F], 
         fold = new()
         fold.extend(messages)
         return read(fold)
+    order = scope_cache(('fold.order', name))
     with _FOLDS_LOCK:
-        return read(_resume(folds, messages, new))
+        return read(_resume(folds, messages, new, order))
 
 
-def _resume(folds: dict[Any, Any], messages: Sequence[Any], new: Callable[[], F]) -> F:
+def _resume(
+    folds: dict[Any, Any], messages: Sequence[Any], new: Callable[[], F], order: dict[Any, Any] | None = None
+) -> F:
     if len(messages) < _FOLD_MIN_MESSAGES:
         # Cheap to read whole, and kept out of the folds: resuming a short list from a long fold
         # would cut that fold back to nothing for the next long list (a count of a one-message
@@ -369,19 +378,27 @@ def _resume(folds: dict[Any, Any], messages: Sequence[Any], new: Callable[[], F]
     best: F | None = None
     best_key: int | None = None
     best_same = -1
-    # Most recently used first: the list a fold last read usually continues in this one.
-    for key in reversed(folds):
-        candidate = folds[key]
-        read = candidate.messages
-        if not read or not messages or read[0] is not messages[0]:
-            same = 0
-        elif begins_with(messages, read):
-            best, best_key, best_same = candidate, key, len(read)
-            break
+    # A fold is a function of the messages' values, so equal messages continue it as well as the
+    # same ones; comparing lists is a pass in C that stops at the first message that differs.
+    # A compile calls a fold on the lists of its chain in the same order each time: the fold the
+    # n-th call of the previous compile used is tried first, and taken if it is of use; else the
+    # others, most recently used first.
+    call = _call_number(order) if order is not None else None
+    hint = order.get(call) if order is not None else None
+    if hint in folds and folds[hint].messages:
+        best_same = _shared(folds[hint].messages, messages)
+        best, best_key = folds[hint], hint
+    if best_same < 0:
+        keys = [key for key in reversed(folds) if key != hint and folds[key].messages]
+        for key in keys:
+            if equal_prefix(messages, folds[key].messages):
+                best, best_key, best_same = folds[key], key, len(folds[key].messages)
+                break
         else:
-            same = first_difference(read, messages)
-        if same > best_same:
-            best, best_key, best_same = candidate, key, same
+            for key in keys:
+                same = _shared(folds[key].messages, messages, whole=False)
+                if same > best_same:
+                    best, best_key, best_same = folds[key], key, same
     if (
         best is None
         or best_key is None
@@ -399,8 +416,31 @@ def _resume(folds: dict[Any, Any], messages: Sequence[Any], new: Callable[[], F]
         if best_same < len(best.messages):
             best.truncate(best_same)
     folds[best_key] = best  # most recently used last
+    if order is not None:
+        order[call] = best_key
     best.extend(messages)
     return best
+
+
+def _shared(read: list[Any], messages: Sequence[Any], *, whole: bool = True) -> int:
+    """How many first messages of `messages` equal those of `read`, if that is at least half of
+    each (what `_resume` takes); else -1, without looking for where they differ. `whole=False`:
+    `messages` is known not to begin with all of `read`."""
+    if whole and equal_prefix(messages, read):
+        return len(read)
+    half = max(len(messages), len(read)) // 2
+    if half > min(len(messages), len(read)) or not equal_prefix(messages, read[:half]):
+        return -1
+    return half + equal_prefix_length(read[half:], messages[half:])
+
+
+def _call_number(order: dict[Any, Any]) -> int:
+    """The number of this call of a fold in the running compile (counted in `order`, under `None`)."""
+    compile_id = _COMPILE.get()
+    seen = order.get(None)
+    number = seen[1] + 1 if seen is not None and seen[0] == compile_id else 0
+    order[None] = (compile_id, number)
+    return number
 
 
 _FOLD_KEYS: Final = itertools.count()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import inspect
-import operator
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, runtime_checkable
@@ -29,6 +28,7 @@ from pydantic_ai.messages import (
 
 from ._boundaries import prompt_text, starts_at
 from ._markers import OriginalsSink
+from ._prefix import begins_with, equal_prefix
 from ._scope import resumed_fold
 from .budget import ContextBudget
 from .events import CompactionEvent
@@ -402,7 +402,10 @@ async def compile_view(
 
 
 def _changed(before: Sequence[ModelMessage], after: Sequence[ModelMessage]) -> bool:
-    return len(before) != len(after) or any(map(operator.is_not, before, after))
+    # Unequal lists (the common case for a step that compacts) are told apart in C, at the first
+    # message that differs; equal ones are the same only if they hold the same objects (a step
+    # that returns an equal copy has still done something: its notes are reported).
+    return len(before) != len(after) or not equal_prefix(after, before) or not begins_with(after, before)
 
 
 def _event(

@@ -27,7 +27,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from pydantic_ai_context import _parts
 from pydantic_ai_context._memo import PART_FIELDS, PINNED_FIELDS, ObjectMemo
-from pydantic_ai_context._prefix import begins_with, first_difference
+from pydantic_ai_context._prefix import equal_prefix, equal_prefix_length
 from pydantic_ai_context._scope import resumed_fold, scope_cache, scope_text_memo
 from pydantic_ai_context.budget import ContextBudget
 from pydantic_ai_context.tokens import TokenCounter
@@ -267,8 +267,9 @@ class _Tally:
 
 def _tally_of(messages: Sequence[ModelMessage], counter: TokenCounter | None, slot: Hashable) -> _Tally:
     # Before each model request the log is the previous one plus a few messages: during a compile,
-    # the tally of the previous one is extended rather than rebuilt (by identity, within one
-    # generation of the compiling scope, so it is exact); when the frontier moved, a policy's
+    # the tally of the previous one is extended rather than rebuilt (a tally is a function of the
+    # messages' values: by equality, within one generation of the compiling scope, so it is
+    # exact); when the frontier moved, a policy's
     # input changes near it, and the tally is resumed from the first message that changed.
     empty = _Tally((), [], [0], [] if counter is not None else None, [0])
     tallies = scope_cache('frontier.tallies') if slot is not None else None
@@ -279,10 +280,10 @@ def _tally_of(messages: Sequence[ModelMessage], counter: TokenCounter | None, sl
     if (
         previous is not None
         and len(previous.messages) <= len(messages)
-        and begins_with(messages, previous.messages)
+        and equal_prefix(messages, previous.messages)
     ):
         tally = previous.extend(messages, counter)
-    elif previous is not None and (same := first_difference(previous.messages, messages)) > 0:
+    elif previous is not None and (same := equal_prefix_length(previous.messages, messages)) > 0:
         tally = previous.truncated(same).extend(messages, counter)
     else:
         tally = empty.extend(messages, counter)

@@ -26,6 +26,7 @@ from pydantic_ai.messages import (
 )
 
 from pydantic_ai_context import (
+    ContextBudget,
     ContextBudgetExceeded,
     HeuristicCounter,
     InMemorySummaryCache,
@@ -457,7 +458,11 @@ def _folded(messages: list[ModelMessage], counter: Any) -> tuple[Any, ...]:
     from pydantic_ai_context._instructions import newest_instructions
     from pydantic_ai_context._markers import first_conversation_id
     from pydantic_ai_context.integrity import _already_valid, safe_cut_points
-    from pydantic_ai_context.policies._frontier import observation_indices, unresolved_failures
+    from pydantic_ai_context.policies._frontier import (
+        compaction_frontier,
+        observation_indices,
+        unresolved_failures,
+    )
     from pydantic_ai_context.views import run_spans
 
     return (
@@ -470,7 +475,11 @@ def _folded(messages: list[ModelMessage], counter: Any) -> tuple[Any, ...]:
         newest_instructions(messages),
         first_conversation_id(messages),
         _ARCHIVE._fingerprints_of(messages),
+        compaction_frontier(messages, keep_recent=1, step=2, counter=counter, budget=_BUDGET, slot='test'),
     )
+
+
+_BUDGET = ContextBudget(context_window=3_000, reserved_output=0)
 
 
 _ARCHIVE = ContextArchive()
@@ -491,7 +500,7 @@ def test_folds_resumed_within_a_compile_equal_fresh_ones(
     log: list[ModelMessage], cuts: list[tuple[int, int, str]]
 ) -> None:
     """Cut points, observations, unresolved failures, runs, the validity check, token totals, the
-    newest instructions, conversation ids and lineage fingerprints are folds the compiling scope
+    newest instructions, conversation ids, lineage fingerprints and the frontier's tally are folds the compiling scope
     resumes from the first message that differs from (is not equal to) a list it folded before:
     each must equal the value computed outside any compile, whatever order the lists come in,
     equal copies (shallow or deep) included."""

@@ -391,8 +391,10 @@ def _resume(
     if best_same < 0:
         keys = [key for key in reversed(folds) if key != hint and folds[key].messages]
         for key in keys:
-            if equal_prefix(messages, folds[key].messages):
-                best, best_key, best_same = folds[key], key, len(folds[key].messages)
+            read = folds[key].messages
+            # (A fold of less than half the list is not extended: see below.)
+            if len(read) >= len(messages) // 2 and equal_prefix(messages, read):
+                best, best_key, best_same = folds[key], key, len(read)
                 break
         else:
             for key in keys:

@@ -20,15 +20,14 @@ import bisect
 import dataclasses
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from pydantic_ai_context import _parts
 from pydantic_ai_context._memo import PART_FIELDS, PINNED_FIELDS, ObjectMemo
-from pydantic_ai_context._prefix import equal_prefix, equal_prefix_length
-from pydantic_ai_context._scope import resumed_fold, scope_cache, scope_text_memo
+from pydantic_ai_context._scope import resumed_fold, scope_text_memo
 from pydantic_ai_context.budget import ContextBudget
 from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import CompileContext
@@ -198,23 +197,26 @@ def _nominal(message: ModelMessage, counter: TokenCounter) -> tuple[int, int]:
     return _NOMINAL.put(message, (total, results), counter_key(counter))
 
 
-@dataclass
 class _Tally:
-    """What the frontier needs from a list of messages, built incrementally as the list grows."""
+    """What the frontier needs from a list of messages, as a fold (`_scope.resumed_fold`): resumed
+    from the first message that differs from a list it read before, and read under the fold lock
+    (threads compiling with one profile share it)."""
 
-    messages: tuple[ModelMessage, ...]
-    obs: list[int]
-    """Indices of the observation requests."""
-    hidden: list[int]
-    """Observations removed from the view by later steps (fit, summaries), from their markers:
-    the running count before each message, and after the last one."""
-    obs_tokens: list[int] | None
-    """Nominal tool-output tokens of each observation (when a counter is given)."""
-    totals: list[int]
-    """Nominal tokens of the messages before each one, and of all (when a counter is given)."""
-    saved: dict[int, list[int]] = field(default_factory=dict)
-    """Per estimated size of a compacted observation: what compacting the first k observations
-    saves, for k = 0, 1, ... (filled in by `_escalate` as far as it needs, kept as the tally grows)."""
+    def __init__(self, counter: TokenCounter | None) -> None:
+        self.counter = counter
+        self.messages: list[ModelMessage] = []
+        self.obs: list[int] = []
+        """Indices of the observation requests."""
+        self.hidden: list[int] = [0]
+        """Observations removed from the view by later steps (fit, summaries), from their markers:
+        the running count before each message, and after the last one."""
+        self.obs_tokens: list[int] | None = [] if counter is not None else None
+        """Nominal tool-output tokens of each observation (when a counter is given)."""
+        self.totals: list[int] = [0]
+        """Nominal tokens of the messages before each one, and of all (when a counter is given)."""
+        self.saved: dict[int, list[int]] = {}
+        """Per estimated size of a compacted observation: what compacting the first k observations
+        saves, for k = 0, 1, ... (filled in by `_escalate` as far as it needs, kept as the tally grows)."""
 
     @property
     def hidden_total(self) -> int:
@@ -224,11 +226,15 @@ class _Tally:
     def nominal_total(self) -> int:
         return self.totals[-1]
 
-    def extend(self, messages: Sequence[ModelMessage], counter: TokenCounter | None) -> _Tally:
-        """A tally of `messages`, which begins with `self.messages`: only the new ones are read."""
-        obs = list(self.obs)
-        tokens = list(self.obs_tokens) if self.obs_tokens is not None else None
-        hidden, totals = list(self.hidden), list(self.totals)
+    def extend(self, messages: Sequence[ModelMessage]) -> None:
+        """Read the messages of `messages` after those read (it begins with them)."""
+        counter, obs, tokens, hidden, totals = (
+            self.counter,
+            self.obs,
+            self.obs_tokens,
+            self.hidden,
+            self.totals,
+        )
         for i in range(len(self.messages), len(messages)):
             message = messages[i]
             count = hidden[-1]
@@ -248,49 +254,16 @@ class _Tally:
                 obs.append(i)
                 if tokens is not None and counter is not None:
                     tokens.append(_observation_tokens(message, counter))
-        return _Tally(
-            tuple(messages), obs, hidden, tokens, totals, {k: list(v) for k, v in self.saved.items()}
-        )
+            self.messages.append(message)
 
-    def truncated(self, n: int) -> _Tally:
-        """The tally of the first `n` messages."""
+    def truncate(self, n: int) -> None:
+        """Forget the messages from `n` on."""
         k = bisect.bisect_left(self.obs, n)
-        return _Tally(
-            self.messages[:n],
-            self.obs[:k],
-            self.hidden[: n + 1],
-            self.obs_tokens[:k] if self.obs_tokens is not None else None,
-            self.totals[: n + 1],
-            {size: saved[: k + 1] for size, saved in self.saved.items()},
-        )
-
-
-def _tally_of(messages: Sequence[ModelMessage], counter: TokenCounter | None, slot: Hashable) -> _Tally:
-    # Before each model request the log is the previous one plus a few messages: during a compile,
-    # the tally of the previous one is extended rather than rebuilt (a tally is a function of the
-    # messages' values: by equality, within one generation of the compiling scope, so it is
-    # exact); when the frontier moved, a policy's
-    # input changes near it, and the tally is resumed from the first message that changed.
-    empty = _Tally((), [], [0], [] if counter is not None else None, [0])
-    tallies = scope_cache('frontier.tallies') if slot is not None else None
-    if tallies is None:
-        return empty.extend(messages, counter)
-    key = (slot, counter_key(counter) if counter is not None else None)
-    previous: _Tally | None = tallies.get(key)
-    if (
-        previous is not None
-        and len(previous.messages) <= len(messages)
-        and equal_prefix(messages, previous.messages)
-    ):
-        tally = previous.extend(messages, counter)
-    elif previous is not None and (same := equal_prefix_length(previous.messages, messages)) > 0:
-        tally = previous.truncated(same).extend(messages, counter)
-    else:
-        tally = empty.extend(messages, counter)
-    if len(tallies) >= 256:
-        tallies.clear()
-    tallies[key] = tally
-    return tally
+        del self.messages[n:], self.obs[k:], self.hidden[n + 1 :], self.totals[n + 1 :]
+        if self.obs_tokens is not None:
+            del self.obs_tokens[k:]
+        for saved in self.saved.values():
+            del saved[k + 1 :]
 
 
 def compaction_frontier(
@@ -330,7 +303,42 @@ def compaction_frontier(
         raise ValueError(f'step must be >= 1, got {step}')
     if keep_recent_tokens is not None and counter is None:
         raise ValueError('a token-based recency window needs a counter')
-    tally = _tally_of(messages, counter, slot)
+
+    def located(tally: _Tally) -> int:
+        return _located(
+            tally,
+            keep_recent,
+            keep_recent_tokens,
+            step,
+            budget,
+            escalate,
+            min_recent,
+            compacted_tokens,
+            budget_step,
+        )
+
+    # Before each model request the log is the previous one plus a few messages: during a compile,
+    # the tally of the previous one is extended rather than rebuilt; when the frontier moved, a
+    # policy's input changes near it, and the tally is resumed from the first message that changed.
+    if slot is None:
+        fresh = _Tally(counter)
+        fresh.extend(messages)
+        return located(fresh)
+    name = ('frontier.tally', slot, counter_key(counter) if counter is not None else None)
+    return resumed_fold(name, messages, lambda: _Tally(counter), located)
+
+
+def _located(
+    tally: _Tally,
+    keep_recent: int | None,
+    keep_recent_tokens: int | None,
+    step: int,
+    budget: ContextBudget | None,
+    escalate: bool,
+    min_recent: int,
+    compacted_tokens: int,
+    budget_step: float,
+) -> int:
     obs = tally.obs
     visible = len(obs)
     if visible <= 1:
@@ -370,12 +378,11 @@ def _escalate(
     ceiling = len(tally.obs) - min_recent
     if compacted >= ceiling:
         return compacted
-    # A copy extended, then put back whole: threads compiling with one profile may share the tally.
-    saved = list(tally.saved.get(compacted_tokens, (0,)))
+    # Extended in place: the tally is read under the fold lock.
+    saved = tally.saved.setdefault(compacted_tokens, [0])
     tokens = tally.obs_tokens or []
     for i in range(len(saved) - 1, len(tokens)):  # only the observations new since the last call
         saved.append(saved[-1] + max(tokens[i] - compacted_tokens, 0))
-    tally.saved[compacted_tokens] = saved
     over = tally.nominal_total - budget.soft_limit
     if over <= saved[max(compacted, 0)]:
         return compacted

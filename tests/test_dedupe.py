@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,10 +16,11 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 
-from pydantic_ai_context import HeuristicCounter, normalize, validate_view
+from pydantic_ai_context import ContextBudget, HeuristicCounter, normalize, validate_view
 from pydantic_ai_context._parts import marker
+from pydantic_ai_context._scope import MemoScope, compiling
 from pydantic_ai_context.policies._frontier import Frontier
-from pydantic_ai_context.policies.dedupe import dedupe_reads, read_key, read_path
+from pydantic_ai_context.policies.dedupe import DedupeReads, dedupe_reads, read_key, read_path
 from pydantic_ai_context.views import CompileContext
 
 from . import data
@@ -374,3 +377,119 @@ def test_within_step_supersedes_only_inside_one_frontier_step() -> None:
     assert [p.content for m in everything for p in m.parts if isinstance(p, ToolReturnPart)][2].startswith(
         '[superseded'
     )
+
+
+def rereading_log(seed: int, steps: int = 60) -> list[ModelMessage]:
+    """A run that re-reads a few files (whole and in ranges), repeats a command with the same
+    output, and edits in between: copies to supersede in most frontier steps."""
+    rng = random.Random(seed)
+    h = History().user('Fix the bug', system='You are a coding agent.')
+    for i in range(steps):
+        path = rng.choice(['a.py', 'b.py'])
+        version = rng.randrange(2)
+        read = long_text(30, prefix=f'{path} v{version}')
+        tool = rng.choice(
+            [
+                Tool('read_file', {'path': path}, read),
+                Tool('read_file', {'path': path}, read),
+                Tool('read_file', {'path': path, 'offset': 10}, long_text(20, prefix=f'{path} v{version}')),
+                Tool('bash', {'command': f'cat {path}'}, read),
+                Tool('bash', {'command': 'pytest -q'}, long_text(25, prefix=f'pytest {version}')),
+                Tool('bash', {'command': 'pytest -q'}, long_text(25, prefix=f'pytest {version}')),
+                Tool('edit_file', {'path': path, 'old': 'x', 'new': 'y'}, 'ok'),
+                Tool('execute_bash', {'command': f'echo {i}'}, str(i)),
+            ]
+        )
+        h.step(tool)
+    return h.build()
+
+
+def compile_in_scope(
+    policy: DedupeReads, scope: MemoScope, log: list[ModelMessage], messages: list[ModelMessage], window: int
+) -> list[ModelMessage]:
+    """`policy` applied to `messages` (the output of the steps before it in a profile) during a
+    compile of `log`, where what it kept from its previous compile may be reused."""
+    context = CompileContext(
+        counter=HeuristicCounter(), budget=ContextBudget(context_window=window, reserved_output=300)
+    )
+    with compiling(scope, log):
+        return policy.apply(list(messages), context)
+
+
+def fresh_dedupe(messages: list[ModelMessage], window: int, **settings: object) -> list[ModelMessage]:
+    context = CompileContext(
+        counter=HeuristicCounter(), budget=ContextBudget(context_window=window, reserved_output=300)
+    )
+    return dedupe_reads(**settings).apply(list(messages), context)
+
+
+def rewritten(messages: list[ModelMessage], index: int) -> list[ModelMessage]:
+    """`messages` with the results of request `index` replaced by new content (as an earlier step
+    of a profile's chain may rewrite an old message between two compiles)."""
+    out = list(messages)
+    request = out[index]
+    assert isinstance(request, ModelRequest)
+    parts: list[Any] = [
+        dataclasses.replace(p, content=long_text(30, prefix='rewritten'))
+        for p in request.parts
+        if isinstance(p, ToolReturnPart)
+    ]
+    out[index] = dataclasses.replace(request, parts=parts)
+    return out
+
+
+@pytest.mark.parametrize('seed', range(6))
+@pytest.mark.parametrize('window', [3_000, 9_000, 200_000])
+def test_resumed_steps_equal_a_fresh_pass(seed: int, window: int) -> None:
+    """When the frontier moves, `dedupe_reads` keeps the frontier steps of its previous pass whose
+    messages did not change and computes the others: every view equals a fresh pass, request
+    after request (a budget moves the frontier by single observations, so a pass often ends with
+    a step that the next one completes), and when an earlier step of the chain rewrites an old
+    message between two compiles."""
+    log = rereading_log(seed)
+    settings: dict[str, object] = {'keep_recent': 2, 'step': 3}
+    policy = dedupe_reads(**settings)
+    scope = MemoScope()
+    ends = [i + 1 for i, m in enumerate(log) if isinstance(m, ModelRequest)][1:]
+    superseded: set[str] = set()
+    for end in ends:
+        view = compile_in_scope(policy, scope, log[:end], log[:end], window)
+        assert view == fresh_dedupe(log[:end], window, **settings), f'request at message {end}'
+        superseded |= {p.tool_call_id for p in results(view) if (marker(p) or {}).get('kind') == 'superseded'}
+        index = ends[len(ends) // 4] - 1
+        if end % 7 == 0 and index < end - 10:
+            # An earlier step of the chain rewrote an old observation: the steps from it on change.
+            changed = rewritten(log[:end], index)
+            view = compile_in_scope(policy, scope, log[:end], changed, window)
+            assert view == fresh_dedupe(changed, window, **settings), f'rewritten, request at {end}'
+    assert len(superseded) >= 3, 'little was superseded: the test proves nothing'
+
+
+def test_frontier_steps_kept_when_the_frontier_moves_are_the_previous_objects() -> None:
+    """The steps a moved frontier had already passed keep the very messages of the previous view
+    (their placeholders are not rebuilt), so the next steps of the chain (trim, mask) see an
+    unchanged prefix and resume after it."""
+    log = rereading_log(1)
+    policy = dedupe_reads(keep_recent=2, step=3)
+    scope = MemoScope()
+    ends = [i + 1 for i, m in enumerate(log) if isinstance(m, ModelRequest)][1:]
+    previous = compile_in_scope(policy, scope, log[: ends[20]], log[: ends[20]], 200_000)
+    for end in ends[21:]:
+        view = compile_in_scope(policy, scope, log[:end], log[:end], 200_000)
+        # The frontier moves by 3 observations: only the last steps before it may be new.
+        assert all(a is b for a, b in zip(previous[:-16], view, strict=False)), f'request at message {end}'
+        previous = view
+    assert sum(a is not b for a, b in zip(log, view, strict=False)) >= 3  # placeholders in the kept steps
+
+
+def test_a_pass_with_another_step_size_starts_over() -> None:
+    """Steps of another size group other observations: none of the previous pass is kept."""
+    log = rereading_log(2)
+    policy = dedupe_reads(keep_recent=2, step=3)
+    scope = MemoScope()
+    ends = [i + 1 for i, m in enumerate(log) if isinstance(m, ModelRequest)][1:]
+    compile_in_scope(policy, scope, log[: ends[40]], log[: ends[40]], 200_000)
+    policy.step = 4
+    for end in ends[41:]:
+        view = compile_in_scope(policy, scope, log[:end], log[:end], 200_000)
+        assert view == fresh_dedupe(log[:end], 200_000, keep_recent=2, step=4), f'request at message {end}'

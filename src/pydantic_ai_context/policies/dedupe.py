@@ -24,7 +24,7 @@ from pydantic_ai_context._memo import PART_FIELDS, ObjectMemo
 from pydantic_ai_context._scope import scope_cache
 from pydantic_ai_context.views import CompileContext
 
-from ._base import LastCall, SyncPolicy, context_key, extend_or_compute
+from ._base import LastCall, SyncPolicy, context_key, extend_or_resume, resumable
 from ._frontier import Frontier, nominal_part_tokens, observation_indices
 
 __all__ = ('DedupeReads', 'ReadKey', 'dedupe_reads', 'read_key', 'read_path')
@@ -343,7 +343,8 @@ class DedupeReads(SyncPolicy):
     """Supersede a copy only by a newer copy in the same frontier step. Both then leave the recency
     window at the same jump, so superseding never rewrites a part of the prompt that an earlier
     request already sent (replaying the shared runs: superseding across steps cost more in broken
-    prompt-cache prefixes than it saved)."""
+    prompt-cache prefixes than it saved). Each step is then independent, so when the frontier moves
+    only the steps it newly passed are read; with `False`, each move re-reads the whole prefix."""
 
     _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -358,32 +359,116 @@ class DedupeReads(SyncPolicy):
         if frontier == 0:
             return list(messages)
         # Only copies behind the frontier change: while it stays put, the output for a longer log
-        # is the previous output plus the new messages.
+        # is the previous output plus the new messages; when it moves, the steps it had already
+        # passed are kept (`_by_step`).
         key = (context_key(context), frontier)
-        return extend_or_compute(
+        return extend_or_resume(
             self, messages, key, context, lambda: self._apply(messages, frontier, context)
         )
 
     def _apply(
         self, messages: list[ModelMessage], frontier: int, context: CompileContext
-    ) -> list[ModelMessage]:
+    ) -> tuple[list[ModelMessage], _StepState | None]:
+        state: _StepState | None = None
         if self.within_step:
-            replaced = self._supersede_by_step(messages, frontier, context)
+            out, state = self._by_step(messages, frontier, context)
+            n = state.superseded
         else:
+            # Across steps a new copy may supersede any older one: a whole pass at each move.
             replaced = self._supersede(messages, frontier, context)
-        if not replaced:
-            return list(messages)
-        out = list(messages)
-        for index in sorted({i for i, _ in replaced}):
-            message = messages[index]
-            out[index] = _parts.replace_parts(
-                message, [replaced.get((index, id(p)), p) for p in message.parts]
+            out = list(messages)
+            _replace(messages, out, replaced)
+            n = len(replaced)
+        if n:
+            context.note(
+                f'superseded {n} older cop{"y" if n == 1 else "ies"} of re-read or repeated output',
+                superseded=n,
             )
-        n = len(replaced)
-        context.note(
-            f'superseded {n} older cop{"y" if n == 1 else "ies"} of re-read or repeated output', superseded=n
-        )
-        return out
+        return out, state
+
+    def _by_step(
+        self, messages: list[ModelMessage], frontier: int, context: CompileContext
+    ) -> tuple[list[ModelMessage], _StepState]:
+        """`_supersede` on each frontier step on its own (the response before its first observation
+        through its last observation).
+
+        A step's result depends on its messages alone. When the frontier moves, the steps of the
+        previous pass whose messages are all the same objects as before (and that were complete:
+        the last one may gain observations) keep their output; only the steps after them are
+        computed, so a compile costs the new steps, not the whole log.
+        """
+        step = self._frontier().step
+        resumed = self._resume(messages, frontier, step, context)
+        if resumed is None:
+            observations = observation_indices(messages[:frontier])
+            steps: list[_Step] = []
+            superseded = 0
+            out = list(messages)
+        else:
+            previous, before, kept = resumed
+            steps = previous.steps[:kept]
+            start = steps[-1].end
+            observations = previous.observations[: kept * step]
+            observations.extend(i for i in range(start, frontier) if _is_observation(messages[i]))
+            superseded = previous.superseded - sum(len(s.replaced) for s in previous.steps[kept:])
+            out = before.output[:start]
+            out += messages[start:]
+        replaced: dict[tuple[int, int], Any] = {}
+        memo = scope_cache(('dedupe.steps', id(self)))
+        for first in range(len(steps) * step, len(observations), step):
+            last = observations[min(first + step, len(observations)) - 1]
+            lo = max(observations[first] - 1, 0)
+            complete = first + step <= len(observations)
+            # The last step, when short, gains observations as the frontier moves: not remembered.
+            found = self._step(messages, lo, last + 1, memo if complete else None, context)
+            steps.append(_Step(last + 1, found, complete))
+            superseded += len(found)
+            for (index, part_id), part in found.items():
+                replaced[(index + lo, part_id)] = part
+        # Never the first message of a step (the response before it, or the last observation of
+        # the previous step, whose calls it does not hold): what the kept steps made stays.
+        _replace(messages, out, replaced)
+        return out, _StepState(frontier, step, observations, steps, superseded)
+
+    def _step(
+        self,
+        messages: list[ModelMessage],
+        lo: int,
+        end: int,
+        memo: dict[Any, Any] | None,
+        context: CompileContext,
+    ) -> dict[tuple[int, int], Any]:
+        """What one step (`messages[lo:end]`) supersedes, by index in the step. During a compile it
+        is also remembered by the identity of the step's messages (in the compiling scope's
+        generation, which no in-place edit survives), for a full pass that cannot resume."""
+        segment = tuple(messages[lo:end])
+        key = tuple(map(id, segment))
+        # The entry holds its segment's messages, so no other object has taken their ids: the
+        # same ids are the same messages.
+        found = memo.get(key) if memo is not None else None
+        if found is None:
+            found = (segment, self._supersede(segment, len(segment), context))
+            if memo is not None:
+                if len(memo) >= 4_096:
+                    memo.clear()
+                memo[key] = found
+        return found[1]  # type: ignore[no-any-return]
+
+    def _resume(
+        self, messages: list[ModelMessage], frontier: int, step: int, context: CompileContext
+    ) -> tuple[_StepState, LastCall, int] | None:
+        """The previous pass, its output, and how many of its steps hold for `messages`: the
+        complete steps that end before the first message that changed (or its frontier)."""
+        found = resumable(self._last, _StepState, messages, frontier, context)
+        if found is None:
+            return None
+        last, previous, same = found
+        if previous.step != step:
+            return None
+        kept = len(previous.steps)
+        while kept and (previous.steps[kept - 1].end > same or not previous.steps[kept - 1].complete):
+            kept -= 1
+        return (previous, last, kept) if kept else None
 
     def _identify(self, call: ToolCallPart | None) -> tuple[str | None, str | None]:
         """(key, path read) of a call; the path is known only for the default key."""
@@ -433,36 +518,6 @@ class DedupeReads(SyncPolicy):
                         content_hash = record['hash']
                 out.append(_Result(i, part, call, key, path, content_hash, usable))
         return out
-
-    def _supersede_by_step(
-        self, messages: Sequence[ModelMessage], frontier: int, context: CompileContext
-    ) -> dict[tuple[int, int], Any]:
-        """`_supersede` on each frontier step on its own (the response before its first observation
-        through its last observation). A step behind the frontier never changes, so during a
-        compile what it superseded is remembered by the identity of its messages (in the compiling
-        scope's generation, which no in-place edit survives): a compile costs the new steps only.
-        """
-        step = self._frontier().step
-        observations = observation_indices(messages[:frontier])
-        replaced: dict[tuple[int, int], Any] = {}
-        memo = scope_cache(('dedupe.steps', id(self)))
-        for first in range(0, len(observations), step):
-            last = observations[min(first + step, len(observations)) - 1]
-            lo = max(observations[first] - 1, 0)
-            segment = tuple(messages[lo : last + 1])
-            key = tuple(map(id, segment))
-            # The entry holds its segment's messages, so no other object has taken their ids: the
-            # same ids are the same messages.
-            found = memo.get(key) if memo is not None else None
-            if found is None:
-                found = (segment, self._supersede(segment, len(segment), context))
-                if memo is not None:
-                    if len(memo) >= 4_096:
-                        memo.clear()
-                    memo[key] = found
-            for (index, part_id), part in found[1].items():
-                replaced[(index + lo, part_id)] = part
-        return replaced
 
     def _supersede(
         self, messages: Sequence[ModelMessage], frontier: int, context: CompileContext
@@ -518,6 +573,44 @@ class DedupeReads(SyncPolicy):
                 result.part, text, record, context.originals
             )
         return replaced
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """One frontier step of a `DedupeReads` pass."""
+
+    end: int
+    """The index after its last observation."""
+    replaced: dict[tuple[int, int], Any]
+    """New parts by (index in the step, id(old part))."""
+    complete: bool
+    """It holds a whole `step` of observations (the last step of a pass may hold fewer)."""
+
+
+@dataclass(frozen=True)
+class _StepState:
+    """What a pass of `DedupeReads` (`within_step`) leaves for the next one to resume from."""
+
+    frontier: int
+    step: int
+    observations: list[int]
+    """The observations before the frontier."""
+    steps: list[_Step]
+    superseded: int
+    """Copies superseded by all the steps."""
+
+
+def _is_observation(message: ModelMessage) -> bool:
+    return isinstance(message, ModelRequest) and bool(_parts.tool_results(message))
+
+
+def _replace(
+    messages: Sequence[ModelMessage], out: list[ModelMessage], replaced: dict[tuple[int, int], Any]
+) -> None:
+    """Put the new parts (by (index, id(old part))) of `replaced` in `out` (a copy of `messages`)."""
+    for index in sorted({i for i, _ in replaced}):
+        message = messages[index]
+        out[index] = _parts.replace_parts(message, [replaced.get((index, id(p)), p) for p in message.parts])
 
 
 def dedupe_reads(**settings: Any) -> DedupeReads:

@@ -493,3 +493,15 @@ def test_a_pass_with_another_step_size_starts_over() -> None:
     for end in ends[41:]:
         view = compile_in_scope(policy, scope, log[:end], log[:end], 200_000)
         assert view == fresh_dedupe(log[:end], 200_000, keep_recent=2, step=4), f'request at message {end}'
+
+
+def test_what_a_call_reads_follows_its_arguments() -> None:
+    """What a call reads is remembered per call, while its arguments and tool name stay the same."""
+    call = ToolCallPart('read_file', {'path': 'a.py'})
+    assert read_key(call) == 'read_file:a.py'
+    call.args = {'path': 'b.py'}
+    assert read_key(call) == 'read_file:b.py'
+    call.tool_name = 'bash'
+    assert read_key(call) is None
+    call.args = {'command': 'cat b.py'}
+    assert read_key(call) == read_key(ToolCallPart('bash', {'command': 'cat b.py'})) == 'bash:b.py'

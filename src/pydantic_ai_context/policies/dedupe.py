@@ -118,6 +118,8 @@ _SHELL_WRITE_RE: Final = re.compile(
 )
 _HASHES: ObjectMemo[str] = ObjectMemo(max_bytes=8 * 1024 * 1024, fields=PART_FIELDS)
 """Content hashes of the tool results seen, per part (never per text: that would keep outputs alive)."""
+_READS: ObjectMemo[tuple[str, str] | tuple[()]] = ObjectMemo(max_bytes=4 * 1024 * 1024, fields=PART_FIELDS)
+"""What each call reads, (key, path) or `()` when it is not a read, per call part."""
 
 
 def _tool(call: ToolCallPart) -> str:
@@ -216,6 +218,15 @@ def read_path(call: ToolCallPart) -> str | None:
 
 
 def _read(call: ToolCallPart) -> tuple[str, str] | None:
+    # Remembered per call: a step is read again at each move of the frontier while it is short.
+    found = _READS.get(call)
+    if found is None:
+        read = _find_read(call)
+        found = _READS.put(call, read or (), size=sum(map(len, read)) if read else 0)
+    return found or None
+
+
+def _find_read(call: ToolCallPart) -> tuple[str, str] | None:
     tool = _tool(call)
     args = _parts.args_dict(call)
     if tool in READ_TOOLS:

@@ -212,7 +212,12 @@ def resumable(
         or last.key[0] != context_key(context)
     ):
         return None
-    return last, previous, min(first_difference(last.messages, messages), previous.frontier)
+    end: int = previous.frontier
+    # Mostly the whole previous frontier region is unchanged: `begins_with` says so in one pass
+    # that stops there (and in half the time of `first_difference`, which counts as it goes).
+    if begins_with(messages, last.messages[:end]):
+        return last, previous, end
+    return last, previous, min(first_difference(last.messages, messages), end)
 
 
 K = TypeVar('K')

@@ -1,7 +1,8 @@
 """Compile-time overhead of every preset on synthetic histories of 1,000, 5,000 and 20,000 messages.
 
 Usage: `python bench/overhead.py [--sizes 1000 5000 20000] [--requests 30] [--profile NAME ...]
-[--window 128000 --window 32000] [--adversarial-kb 100 250 500 1000 2000 5000] [--adversarial-window 32000]`
+[--window 128000 --window 32000] [--adversarial-kb 100 250 500 1000 2000 5000] [--adversarial-window 32000]
+[--memory 5000]`
 (an empty `--sizes` or `--adversarial-kb` skips that table)
 
 The synthetic history is a long coding-agent run: a shell tool, an editor that views and re-views a
@@ -15,6 +16,13 @@ wall clock and CPU time (`time.process_time`: what the compile itself cost when 
 share the machine). Summarising presets get a stub summariser (a `FunctionModel` with a 1M-token
 window that answers at once), so what is timed is the policy's own work. The garbage collector is
 frozen after building each history (see `main`).
+
+`--memory N [N ...]` adds a table of what the library holds once the `--requests` compiles of an
+N-message history are done (`tracemalloc`, by the file that allocated it: `pydantic_ai_context`'s
+own modules), against the log's own size as Python objects: in all, what is freed with the
+profile (its folds and kept passes, its memos, the shortened copies it keeps), the view's own
+objects beyond those, and the process-wide memos of values read off messages (freed with the
+messages). Traced separately from the timed runs (tracing slows every allocation).
 
 A second table (`--adversarial-kb`) times the first compile of a short coding run whose first tool
 result (old by then: trimmed and masked, its facts extracted) is one adversarial output of 100 kB to
@@ -34,7 +42,9 @@ import random
 import statistics
 import sys
 import time
+import tracemalloc
 from collections.abc import Sequence
+from pathlib import Path
 
 from pydantic_ai.messages import (
     ModelMessage,
@@ -197,6 +207,93 @@ def adversarial_history(output: str) -> list[ModelMessage]:
     return messages
 
 
+_LIBRARY = str(Path(__file__).resolve().parents[1] / 'src' / 'pydantic_ai_context')
+
+
+def _library_bytes() -> int:
+    """Bytes still allocated by the library's own modules (tracemalloc must be tracing)."""
+    import pydantic_ai_context
+
+    roots = (str(Path(pydantic_ai_context.__file__).parent), _LIBRARY)
+    snapshot = tracemalloc.take_snapshot()
+    return sum(s.size for s in snapshot.statistics('filename') if s.traceback[0].filename.startswith(roots))
+
+
+async def kept_state(size: int, name: str, *, requests: int, window: int) -> dict[str, float]:
+    """MB after `requests + 1` compiles of a `size`-message history: the log as Python objects; what
+    the library allocated and still holds; of it, what is freed with the profile (its folds, kept
+    passes, memos and the shortened copies it keeps); the view's own objects beyond those; and the
+    process-wide memos of values read off messages, which live as long as the messages do."""
+    tracemalloc.start(1)
+    try:
+        log = synthetic_history(size)
+        log_bytes = tracemalloc.get_traced_memory()[0]
+        counter = TiktokenCounter()
+        compiled = profile(name, context_window=window, counter=counter, summary_model=stub_summariser())
+        ends = [len(log) - 2 * k for k in range(requests, -1, -1) if len(log) - 2 * k > 0]
+        view: list[ModelMessage] = []
+        for end in ends:
+            view = await compiled.compile(log[:end])
+        await compiled.close_background()
+        gc.collect()
+        everything = _library_bytes()
+        del compiled, counter
+        gc.collect()
+        without_profile = _library_bytes()
+        del view
+        gc.collect()
+        memos = _library_bytes()
+    finally:
+        tracemalloc.stop()
+    return {
+        'log': log_bytes / 1e6,
+        'kept': everything / 1e6,
+        'profile': (everything - without_profile) / 1e6,
+        'view': (without_profile - memos) / 1e6,
+        'memos': memos / 1e6,
+    }
+
+
+async def memory_table(
+    sizes: Sequence[int], names: Sequence[str], windows: Sequence[int], requests: int
+) -> Table:
+    table = Table(
+        title=f'What the library holds after {requests + 1} compiles (MB, tracemalloc)', title_justify='left'
+    )
+    columns = (
+        'messages',
+        'window',
+        'profile',
+        'log',
+        'held',
+        'the profile',
+        'the view',
+        'process-wide memos',
+    )
+    for column in columns:
+        table.add_column(column, justify='left' if column == 'profile' else 'right')
+    for size in sizes:
+        for window in windows:
+            for name in names:
+                row = await kept_state(size, name, requests=requests, window=window)
+                table.add_row(
+                    f'{size:,}',
+                    f'{window // 1000}k',
+                    name,
+                    *(f'{row[k]:.1f}' for k in ('log', 'kept', 'profile', 'view', 'memos')),
+                )
+                print(
+                    'memory',
+                    size,
+                    window,
+                    name,
+                    {k: round(v, 1) for k, v in row.items()},
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return table
+
+
 async def _first_compile_ms(name: str, log: list[ModelMessage], counter: TokenCounter, window: int) -> float:
     compiled = profile(name, context_window=window, counter=counter)
     started = time.perf_counter()
@@ -257,6 +354,13 @@ async def main(argv: Sequence[str] | None = None) -> int:
         help='sizes in kB of the adversarial output (none: skip that table)',
     )
     parser.add_argument('--adversarial-window', type=int, default=32000)
+    parser.add_argument(
+        '--memory',
+        type=int,
+        nargs='*',
+        default=[],
+        help='history sizes whose kept state to trace (default: none)',
+    )
     args = parser.parse_args(argv)
     console = Console(width=160)
     names = args.profile or available_profiles()
@@ -319,6 +423,9 @@ async def main(argv: Sequence[str] | None = None) -> int:
     if args.adversarial_kb:
         gc.unfreeze()
         console.print(await adversarial_table(args.adversarial_kb, args.adversarial_window))
+    if args.memory:
+        gc.unfreeze()
+        console.print(await memory_table(args.memory, names, windows, args.requests))
     return 0
 
 

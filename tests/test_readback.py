@@ -627,3 +627,17 @@ def test_lineage_fingerprints_resumed_between_compiles_equal_fresh_ones() -> Non
     view[-1].parts = [*view[-1].parts, UserPromptPart('more')]
     with compiling(scope, log):
         assert archive._fingerprints_of(view) == fresh(view)
+
+
+async def test_the_archive_keeps_no_json_of_the_messages_it_only_fingerprints() -> None:
+    """Lineage fingerprints read each message's JSON once; keeping that text would hold about as
+    much again as the log. Only the spans written to the store remember theirs."""
+    h = History().user('go')
+    for i in range(12):
+        h.step(Tool('read_file', {'path': f'src/m{i}.py'}, long_text(40, prefix=f'src/m{i}.py'), id=f'c{i}'))
+    log = h.build()
+    p = make('coding', 128_000, keep_recent=1, step=1)
+    await p.compile(log)
+    await p.compile([*log, *History().user('more').build()])
+    assert p.archive._fingerprints_of(log)  # every message fingerprinted
+    assert len(p.archive._encoded) == 0

@@ -292,7 +292,9 @@ class ContextArchive:
         if found is None:
             digest = hashlib.blake2b(digest_size=12)
             try:
-                digest.update(self._message_json(message).encode('utf-8', 'surrogatepass'))
+                # Not remembered: the JSON of every message of the log would be kept, about as much
+                # text again as the log (only the spans written to the store need it again).
+                digest.update(self._message_json(message, remember=False).encode('utf-8', 'surrogatepass'))
             except Exception:  # what JSON cannot hold (arguments nested too deep): its parts' text
                 digest.update(span_ref([message]).encode())
                 for part in message.parts:
@@ -351,12 +353,13 @@ class ContextArchive:
         # The same document as `json.dumps({'items': [...]})`, from each message's remembered JSON.
         self._put(key, '{"items": [' + ', '.join(encoded) + ']}')
 
-    def _message_json(self, message: ModelMessage) -> str:
+    def _message_json(self, message: ModelMessage, *, remember: bool = True) -> str:
         found = self._encoded.get(message)
         if found is None:
             item = ModelMessagesTypeAdapter.dump_python([message], mode='json')[0]
-            text = json.dumps(item, ensure_ascii=False)
-            found = self._encoded.put(message, text, size=len(text))
+            found = json.dumps(item, ensure_ascii=False)
+            if remember:
+                self._encoded.put(message, found, size=len(found))
         return found
 
     def result(self, ref: str, *, conversation: str | None = '') -> tuple[str, str] | None:

@@ -18,7 +18,7 @@ from pydantic_ai.usage import UsageLimits
 from pydantic_ai_context import ContextProfile, HeuristicCounter, profile
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, marker
 from pydantic_ai_context._scope import MemoScope, compiling
-from pydantic_ai_context.policies._summary_block import Zones
+from pydantic_ai_context.policies._summary_block import Zones, find_zones
 from pydantic_ai_context.policies._summary_reading import LogDigests
 from pydantic_ai_context.policies._summary_reading import StepEnds as _StepEnds
 from pydantic_ai_context.policies.summarize import SummarizeWindow
@@ -571,6 +571,71 @@ def test_cache_keys_kept_in_the_reading_follow_the_messages() -> None:
     assert after == (fresh.key(changed, 1, 5, None, None, None), fresh.key(changed, 1, 3, None, None, None))
     assert after[0] != before[0]
     assert after[1] == before[1]
+
+
+@pytest.mark.parametrize('cache_kind', ['in_memory', 'without_writes'])
+def test_span_ends_found_missing_are_looked_up_again_once_the_cache_takes_a_put(cache_kind: str) -> None:
+    """`walk_chain` remembers the span ends the cache held nothing for, from one compile to the next,
+    only while the cache took no put (`InMemorySummaryCache.writes`): a summary filed since is found
+    at the next compile, as a fresh policy finds it. A cache without `writes` is asked every time."""
+
+    class DictCache:
+        def __init__(self) -> None:
+            self.summaries: dict[str, str] = {}
+
+        def get(self, key: str) -> str | None:
+            return self.summaries.get(key)
+
+        def put(self, key: str, summary: str) -> None:
+            self.summaries[key] = summary
+
+    cache = InMemorySummaryCache() if cache_kind == 'in_memory' else DictCache()
+    policy = SummarizeWindow(step_messages=2, keep_current_run=False, cache=cache)
+    history = History().user('go')
+    for name in 'abcdef':
+        history = history.step(Tool('cat', {'path': name}, f'{name} ' * 20))
+    log = history.build()
+    longer = [*log, *History().step(Tool('cat', {'path': 'g'}, 'g')).build()[1:]]
+    context = CompileContext(counter=HeuristicCounter())
+    with compiling(MemoScope(), log):
+        for messages in (log, longer):  # the same list again, then one that grew
+            reading = policy.ledger.read(messages, context.counter)
+            zones = find_zones(messages, summaries=reading.summaries, cuts=reading.cut_points)
+            assert zones is not None
+            ends = policy.candidates(messages, zones, context)
+            assert policy.walk_chain(messages, zones, ends, None, None) == (zones.start, None, None)
+        policy.cache.put(policy.key(longer, zones.start, ends[1], None, None, None), 'Read a and b.')
+        policy.ledger.read(list(longer), context.counter)
+        found = policy.walk_chain(longer, zones, ends, None, None)
+    assert found[:2] == (ends[1], 'Read a and b.')
+
+
+def test_span_ends_found_missing_follow_the_messages() -> None:
+    """The ends remembered as missing from the cache are kept only up to the first changed message:
+    a span that ends past it (a frontier moved over it in the same generation) has another key,
+    which may be cached, as a fresh policy finds."""
+
+    def history(third: str) -> list[ModelMessage]:
+        built = History().user('go')
+        for name in ['a', 'b', third, 'd', 'e', 'f']:
+            built = built.step(Tool('cat', {'path': name}, f'{name} ' * 20))
+        return built.build()
+
+    log = history('c')
+    changed = [*log[:5], *history('x')[5:]]
+    cache = InMemorySummaryCache()
+    policy = SummarizeWindow(step_messages=2, keep_current_run=False, cache=cache)
+    context = CompileContext(counter=HeuristicCounter())
+    with compiling(MemoScope(), log):
+        reading = policy.ledger.read(log, context.counter)
+        zones = find_zones(log, summaries=reading.summaries, cuts=reading.cut_points)
+        assert zones is not None
+        ends = policy.candidates(log, zones, context)
+        cache.put(SummarizeWindow().key(changed, zones.start, ends[-1], None, None, None), 'All of it.')
+        assert policy.walk_chain(log, zones, ends, None, None) == (zones.start, None, None)
+        policy.ledger.read(changed, context.counter)
+        found = policy.walk_chain(changed, zones, ends, None, None)
+    assert found[:2] == (ends[-1], 'All of it.')
 
 
 def test_step_ends_kept_between_compiles_follow_the_cut_points() -> None:

@@ -127,22 +127,30 @@ def walk_chain(
     zones: Zones,
     ends: Sequence[int],
     keys_from: Callable[[int, str | None], Callable[[int], str]],
+    missed: Callable[[int, str | None], set[int] | None] = lambda start, digest: None,
 ) -> tuple[int, str | None, str | None]:
     """Follow the cached incremental summaries from the span's start as far as they go.
 
     `keys_from(start, previous_digest)` gives the cache key of the span from `start` to a given
-    end. Returns where the chain stops, its summary text and that text's digest (the start and
-    the summary already in the view when nothing is cached).
+    end; `missed(start, previous_digest)` the ends known to have nothing cached (kept from one
+    compile to the next while the cache is unchanged: looked up again, they would miss again), to
+    which the ends found missing are added. Returns where the chain stops, its summary text and
+    that text's digest (the start and the summary already in the view when nothing is cached).
     """
     start, previous, previous_digest = zones.start, zones.previous, zones.previous_digest
     while True:
         key = keys_from(start, previous_digest)
+        known = missed(start, previous_digest)
         found: tuple[int, str] | None = None
         for candidate in sorted((e for e in ends if e > start), reverse=True):
+            if known is not None and candidate in known:
+                continue
             text = cache.get(key(candidate))
             if text:
                 found = (candidate, text)
                 break
+            if known is not None:
+                known.add(candidate)
         if found is None:
             return start, previous, previous_digest
         start, previous = found

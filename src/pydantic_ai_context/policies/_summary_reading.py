@@ -112,6 +112,9 @@ class Reading:
     """Cache keys of spans, by the span's start and key template, then by the span's end."""
     instruction_tokens: dict[int, int] = field(default_factory=dict[int, int])
     """Tokens of the instructions of the requests in `instructed`, as read."""
+    misses: dict[Any, tuple[int, set[int]]] = field(default_factory=dict[Any, tuple[int, set[int]]])
+    """Span ends whose cache key the summary cache held no summary for, by the span's start and key
+    template, with the cache's `writes` when they were looked up (`walk_chain`)."""
     cuts: list[int] | None = None
     """`safe_cut_points` of the messages, once asked for."""
 
@@ -147,6 +150,8 @@ class Reading:
         def below(positions: list[int]) -> list[int]:
             return positions[: bisect.bisect_left(positions, n)]
 
+        grown = n == len(self.messages)  # nothing cut off: what is kept by span end is kept whole
+
         def kept(runnings: dict[Any, Running]) -> dict[Any, Running]:
             return {
                 key: Running(r.start, r.seed, r.states[: n - r.start])
@@ -170,11 +175,16 @@ class Reading:
             kept(self.keys),
             kept(self.refs),
             {
-                key: {end: k for end, k in ends.items() if end <= n}
+                key: ends.copy() if grown else {end: k for end, k in ends.items() if end <= n}
                 for key, ends in self.cache_keys.items()
                 if key[0] < n
             },
             {i: t for i, t in self.instruction_tokens.items() if i < n},
+            {
+                key: (writes, ends.copy() if grown else {end for end in ends if end <= n})
+                for key, (writes, ends) in self.misses.items()
+                if key[0] < n
+            },
         )
 
     def _read(self, messages: Sequence[ModelMessage], counter: TokenCounter) -> None:
@@ -236,6 +246,16 @@ class Reading:
                 del self.cache_keys[next(iter(self.cache_keys))]
             ends = self.cache_keys[(start, template)] = {}
         return ends
+
+    def missed(self, start: int, template: tuple[str, str], writes: int) -> set[int]:
+        """The span ends from `start` under `template` the cache held nothing for when it had taken
+        `writes` puts (empty when it has taken others since: they are looked up again)."""
+        found = self.misses.get((start, template))
+        if found is None or found[0] != writes:
+            if found is None and len(self.misses) >= _RUNNING_STARTS * 2:
+                del self.misses[next(iter(self.misses))]
+            found = self.misses[(start, template)] = (writes, set())
+        return found[1]
 
     def cut_points(self) -> list[int]:
         """`safe_cut_points` of the messages (read once per reading)."""
@@ -382,6 +402,19 @@ class SummaryLedger:
             return cache_key(template, running.hexdigest())
 
         return key
+
+    def missed(
+        self, messages: Sequence[ModelMessage], start: int, template: tuple[str, str], cache: object
+    ) -> set[int] | None:
+        """The span ends from `start` under `template` known to have no summary in `cache` (kept in
+        the reading while the messages and the cache are unchanged; add the ones found missing).
+        `None` when nothing can be kept: no reading of `messages`, or a cache that does not count
+        its writes (`InMemorySummaryCache.writes`)."""
+        writes = getattr(cache, 'writes', None)
+        reading = self.reading_of(messages)
+        if reading is None or not isinstance(writes, int) or isinstance(writes, bool):
+            return None
+        return reading.missed(start, template, writes)
 
     def log_digest(self, log: Sequence[ModelMessage], start_log: int, end_log: int) -> str | None:
         """The identity of the log's messages from `start_log` to `end_log` (`None`: no log to read)."""

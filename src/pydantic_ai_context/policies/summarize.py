@@ -479,7 +479,11 @@ class SummarizeWindow(AsyncPolicy):
         def keys_from(start: int, previous_digest: str | None) -> Callable[[int], str]:
             return self._ledger.keys_from(messages, start, self.key_template(previous_digest, model, size))
 
-        return _summary_plan.walk_chain(self.cache, zones, ends, keys_from)
+        def missed(start: int, previous_digest: str | None) -> set[int] | None:
+            template = self.key_template(previous_digest, model, size)
+            return self._ledger.missed(messages, start, template, self.cache)
+
+        return _summary_plan.walk_chain(self.cache, zones, ends, keys_from, missed)
 
     async def summary(
         self,

@@ -56,7 +56,12 @@ class InMemorySummaryCache:
         cache = InMemorySummaryCache(max_entries=2)
         cache.put('a', 'first'); cache.put('b', 'second'); cache.put('c', 'third')
         assert cache.get('a') is None and cache.get('c') == 'third'
+        assert cache.writes == 3
         ```
+
+    `writes` counts the puts: what was found (or not) under a key stays true while it is unchanged,
+    so `summarize_window` remembers the spans it found no summary for from one compile to the next
+    instead of looking every step end up again (a cache without `writes` is asked every time).
     """
 
     def __init__(self, *, max_entries: int = 256) -> None:
@@ -64,6 +69,12 @@ class InMemorySummaryCache:
             raise ValueError(f'max_entries must be >= 1, got {max_entries}')
         self.max_entries = max_entries
         self._entries: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._writes = 0
+
+    @property
+    def writes(self) -> int:
+        """How many times `put` was called: a `get` answers the same while this is unchanged."""
+        return self._writes
 
     def get(self, key: str) -> str | None:
         found = self._entries.get(key)
@@ -72,6 +83,7 @@ class InMemorySummaryCache:
         return found
 
     def put(self, key: str, summary: str) -> None:
+        self._writes += 1
         self._entries[key] = summary
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:

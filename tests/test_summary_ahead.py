@@ -638,6 +638,48 @@ def test_span_ends_found_missing_follow_the_messages() -> None:
     assert found[:2] == (ends[-1], 'All of it.')
 
 
+def test_cut_points_runs_and_failures_follow_the_readings_as_fresh_ones_would() -> None:
+    """Cut points, runs and unresolved failures are folds of the policy's own that follow its
+    readings (`Followers`): each is brought up to a reading from the messages born before the one
+    it last followed, with no pass over the list. A list that grew (a failure resolved, runs now
+    told by prompts), one with a late result that makes old cuts unsafe, one changed in the middle
+    (the same generation: a frontier moved over it), one cut short, and an older reading asked
+    after newer ones (a compile resumed after awaiting the summariser) all get what a fresh read gives."""
+    from pydantic_ai.messages import ToolReturnPart
+
+    from pydantic_ai_context.integrity import safe_cut_points
+    from pydantic_ai_context.policies._frontier import unresolved_failures
+    from pydantic_ai_context.views import run_spans
+
+    first = Tool('cat', {'path': 'a'}, 'one')
+    history = History(stamp_runs=True).user('go').step(first).step(Tool('pytest', {}, 'FAILED', failed=True))
+    log = history.answer('done').user('again').step(Tool('cat', {'path': 'b'}, 'two')).build()
+    fixed = [*log, *History().step(Tool('pytest', {}, 'passed')).build()]
+    late = [*fixed, ModelRequest(parts=[ToolReturnPart('cat', 'late', tool_call_id=first.id)])]
+    gone = History().step(Tool('grep', {'pattern': 'a'}, 'gone', failed=True)).build()
+    changed = [log[0], *gone, *log[3:]]  # a failure of its own, and the one `fixed` resolved
+    policy = SummarizeWindow()
+    counter = HeuristicCounter()
+
+    def fresh(messages: list[ModelMessage]) -> tuple[Any, ...]:
+        return safe_cut_points(messages), run_spans(messages), unresolved_failures(messages)
+
+    def kept(reading: Any) -> tuple[Any, ...]:
+        return reading.cut_points(), reading.run_spans(), reading.unresolved_failures()
+
+    expected = {id(m): fresh(m) for m in (log, fixed, late, changed, fixed[:5])}
+    with compiling(MemoScope(), log):
+        policy.ledger.read(log, counter)
+        older = policy.ledger.read(fixed, counter)  # nothing asked of it yet
+        for messages in (log, fixed, late, fixed[:5], late, changed):
+            assert kept(policy.ledger.read(messages, counter)) == (
+                expected.get(id(messages)) or fresh(messages)
+            )
+        assert kept(older) == expected[id(fixed)]
+    assert expected[id(late)][0] == [0, 1, len(late)]  # the late result made the later cuts unsafe
+    assert expected[id(fixed)][2] == set() != expected[id(log)][2]  # the failure resolved
+
+
 def test_step_ends_kept_between_compiles_follow_the_cut_points() -> None:
     """The candidate span ends are resumed from the previous cut points only while the new ones
     begin with them: a cut that became unsafe (a late result answering an old call) moves the

@@ -268,7 +268,9 @@ def start_if_due(
         if counter.count_messages(messages) <= low:
             return  # the view sent is never larger than the input
         reading = policy.ledger.read(messages, context.counter)
-        zones = find_zones(messages, summaries=reading.summaries, cuts=reading.cut_points)
+        zones = find_zones(
+            messages, summaries=reading.summaries, cuts=reading.cut_points, spans=reading.run_spans
+        )
         if zones is None:
             return
     elif policy.ledger.count(messages, 0, len(messages), context.counter) <= low:

@@ -30,7 +30,7 @@ from pydantic_ai_context import _markers, _parts
 from pydantic_ai_context._prefix import first_difference
 from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.integrity import safe_cut_points
-from pydantic_ai_context.views import run_spans
+from pydantic_ai_context.views import RunSpan, run_spans
 
 MARKER_KIND: Final = 'summary'
 KEPT_KIND: Final = 'summary_kept'
@@ -105,11 +105,13 @@ def find_zones(
     *,
     summaries: Sequence[int] | None = None,
     cuts: Callable[[], list[int]] | None = None,
+    spans: Callable[[], list[RunSpan]] | None = None,
 ) -> Zones | None:
     """The head, or the head and existing summary block of an already-compiled view.
 
     `summaries`: the positions of the messages that may carry a summary's marker, when known
-    (else every message is looked at); `cuts`: gives `safe_cut_points(messages)`, when known.
+    (else every message is looked at); `cuts`: gives `safe_cut_points(messages)`, and `spans`
+    `run_spans(messages)`, when known.
     """
     for s in reversed(summaries) if summaries is not None else range(len(messages) - 1, -1, -1):
         record = _parts.marker(messages[s])
@@ -119,9 +121,9 @@ def find_zones(
     if first is None:
         return None
     head_end = first + 1
-    spans = run_spans(messages)
-    first_run = next(s for s in spans if first in s)
-    if first_run is not spans[-1]:
+    runs = spans() if spans is not None else run_spans(messages)
+    first_run = next(s for s in runs if first in s)
+    if first_run is not runs[-1]:
         # The first run has finished: its first text answer belongs to the task framing.
         for i in range(head_end, first_run.end):
             m = messages[i]

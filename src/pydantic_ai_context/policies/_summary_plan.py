@@ -16,13 +16,13 @@ from typing import Final
 from pydantic_ai.messages import ModelMessage
 
 from pydantic_ai_context.integrity import safe_cut_points
-from pydantic_ai_context.policies._summary_block import Zones, digest_text
+from pydantic_ai_context.policies._summary_block import ACK_TEXT, SUMMARY_PREFIX, Zones, digest_text
 from pydantic_ai_context.policies._summary_reading import StepEnds, SummaryLedger
 from pydantic_ai_context.policies.summary_cache import SummaryCache
 from pydantic_ai_context.tokens import message_tokens
 from pydantic_ai_context.views import CompileContext, current_run
 
-__all__ = ('MIN_TAIL_SHARE', 'candidates', 'span_end', 'step_ends', 'walk_chain')
+__all__ = ('MIN_TAIL_SHARE', 'candidates', 'shrink_end', 'span_end', 'step_ends', 'walk_chain')
 
 MIN_TAIL_SHARE: Final = 0.1
 """Share of the limit the recent steps need beside the task framing and a summary for a summary to be
@@ -109,7 +109,7 @@ def candidates(
         context.budget is not None and ledger.count(messages, 0, n, context.counter) > context.budget.limit
     )
     if keep_current_run and not (over_limit or enter_run):  # enter_run: a summary ahead
-        run = current_run(messages, run_id=context.run_id)
+        run = ledger.current_run(messages, context.run_id)
         if run is not None:
             limit = min(limit, run.start)
     every = ledger.cut_points(messages)
@@ -120,6 +120,57 @@ def candidates(
     # Kept apart for the lists that stop before the current run and the ones that do not.
     kept = ledger.steps.setdefault(limit == n - 1, StepEnds())
     return kept.ends(cuts, params, zones)
+
+
+def shrink_end(
+    ledger: SummaryLedger,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    context: CompileContext,
+    candidates: Sequence[int],
+    chain: tuple[int, str | None],
+    asked: int,
+    high: int,
+    low_water: float,
+) -> tuple[int, tuple[int, str] | None] | None:
+    """The end of the span to summarise under a budget, and the cached summary to reuse for it (if any).
+
+    `chain`: where the chain of cached summaries stops and its text; `asked`: the size the
+    summariser is asked for; `high`: the trigger. The cached summary reaching furthest is reused
+    while the view it gives stays within the trigger; past that, a new span end is chosen so that
+    the view shrinks to the low-water mark. None when no summary could make the view fit the limit.
+    """
+    budget = context.budget
+    assert budget is not None
+    counter = context.counter
+    start, previous = chain
+    suffix = ledger.suffix_tokens(messages, candidates[0], counter)
+    # The head, the summary's framing and acknowledgement, whatever the summary does not replace.
+    fixed = counter.count_messages(zones.head) + counter.count_text(SUMMARY_PREFIX + ACK_TEXT) + 8
+    if (
+        previous is not None
+        and start > zones.start
+        and fixed + counter.count_text(previous) + suffix[start] <= high
+    ):
+        return start, (start, previous)
+    if high - fixed - asked < budget.limit * MIN_TAIL_SHARE:
+        # The task framing and a summary leave (next to) no room for the recent steps: a
+        # summary would be dropped again at once. Leave the steps to fit_to_budget.
+        return None
+    # The low-water mark is for what stays beside the summary: the summary's own size is what
+    # the previous one took, or half the size asked for.
+    planned = counter.count_text(previous) if previous is not None else asked // 2
+    low = int(budget.limit * low_water)
+    reachable = candidates[bisect.bisect_right(candidates, start) :] or candidates[-1:]
+    # The first end whose tail fits beside the summary under the low-water mark: the tail only
+    # shrinks as the end moves on (the candidates are in order), so it is found by bisection.
+    room = low - fixed - planned
+    at = bisect.bisect_left(reachable, -room, key=lambda end: -suffix[end])
+    if at < len(reachable):
+        return reachable[at], None
+    if fixed + asked + suffix[reachable[-1]] > budget.limit:
+        return None  # no summary makes it fit: better leave the steps to fit_to_budget
+    return reachable[-1], None
 
 
 def walk_chain(
@@ -142,9 +193,10 @@ def walk_chain(
         key = keys_from(start, previous_digest)
         known = missed(start, previous_digest)
         found: tuple[int, str] | None = None
-        for candidate in sorted((e for e in ends if e > start), reverse=True):
-            if known is not None and candidate in known:
-                continue
+        # Furthest first; the ends known to miss are not looked up again (a set difference, in C).
+        for candidate in sorted(set(ends).difference(known) if known else ends, reverse=True):
+            if candidate <= start:
+                break
             text = cache.get(key(candidate))
             if text:
                 found = (candidate, text)

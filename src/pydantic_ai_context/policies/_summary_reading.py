@@ -10,24 +10,30 @@ from the previous compile's work where the conversation did not change.
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import functools
 import hashlib
+import itertools
 import json
+import operator
+import threading
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ModelResponse
 from pydantic_core import PydanticSerializationError
 
 from pydantic_ai_context import _markers, _parts
 from pydantic_ai_context._memo import ObjectMemo
 from pydantic_ai_context._prefix import first_difference
 from pydantic_ai_context._scope import active_generation
-from pydantic_ai_context.integrity import safe_cut_points
-from pydantic_ai_context.policies._frontier import counter_key
+from pydantic_ai_context.integrity import _Cuts, check_messages, safe_cut_points
+from pydantic_ai_context.policies._frontier import _Failures, counter_key, unresolved_failures
 from pydantic_ai_context.policies._summary_block import MARKER_KIND, Zones, may_keep
 from pydantic_ai_context.policies.summariser import PROMPT_VERSION, model_name
 from pydantic_ai_context.tokens import TokenCounter, _MessageCounter, message_tokens
+from pydantic_ai_context.views import RunSpan, _Runs, current_run, run_spans
 
 __all__ = ('LogDigests', 'Reading', 'StepEnds', 'SummaryLedger', 'cache_key', 'key_template')
 
@@ -66,6 +72,11 @@ class Suffix:
     def __getitem__(self, i: int) -> int:
         return self.totals[-1] - self.totals[i]
 
+
+_SERIALS: Final = itertools.count(1)
+"""Serial numbers of readings (`Reading.serial`)."""
+_MESSAGE_TYPES: Final = frozenset({ModelRequest, ModelResponse})
+_PARTS: Final = operator.attrgetter('parts')
 
 _RUNNING_STARTS: Final = 4
 """Running hashes kept per kind (by the span's start): the chain of cached summaries has a few links."""
@@ -117,9 +128,22 @@ class Reading:
     template, with the cache's `writes` when they were looked up (`walk_chain`)."""
     cuts: list[int] | None = None
     """`safe_cut_points` of the messages, once asked for."""
+    folds: Followers | None = None
+    """The policy's folds over its inputs (cut points, runs, failures), brought up to this reading."""
+    serial: int = field(default_factory=lambda: next(_SERIALS))
+    """This reading's place in its policy's sequence of readings (each one resumes the one before)."""
+    born: list[int] = field(default_factory=list[int])
+    """Per message, the serial of the reading that first read it at its place (non-decreasing:
+    a reading keeps a prefix of the one before and reads the rest)."""
 
     @classmethod
-    def of(cls, messages: Sequence[ModelMessage], counter: TokenCounter, previous: Reading | None) -> Reading:
+    def of(
+        cls,
+        messages: Sequence[ModelMessage],
+        counter: TokenCounter,
+        previous: Reading | None,
+        folds: Followers | None = None,
+    ) -> Reading:
         generation = active_generation()
         key = counter_key(counter)
         same = 0
@@ -137,6 +161,7 @@ class Reading:
         else:
             # A copy: a compile suspended in the summariser call still reads the one it made.
             reading = previous.truncated(same)
+        reading.folds = folds
         reading._read(messages, counter)
         return reading
 
@@ -145,12 +170,18 @@ class Reading:
         return len(self.messages) == len(messages) and (not messages or self.messages[-1] is messages[-1])
 
     def truncated(self, n: int) -> Reading:
-        """What this reading holds of its first `n` messages (a new reading: this one is unchanged)."""
+        """What this reading holds of its first `n` messages (a new reading: this one is unchanged).
+
+        When nothing is cut off (the conversation only grew), the new reading shares this one's
+        lists and dicts: they only grow, and every question this reading answers names positions
+        within its own messages, which the new reading keeps as they are (what it adds lies past
+        them, or is the same answer for the same messages).
+        """
+        if n == len(self.messages):
+            return dataclasses.replace(self, cuts=None, serial=next(_SERIALS))
 
         def below(positions: list[int]) -> list[int]:
             return positions[: bisect.bisect_left(positions, n)]
-
-        grown = n == len(self.messages)  # nothing cut off: what is kept by span end is kept whole
 
         def kept(runnings: dict[Any, Running]) -> dict[Any, Running]:
             return {
@@ -175,20 +206,29 @@ class Reading:
             kept(self.keys),
             kept(self.refs),
             {
-                key: ends.copy() if grown else {end: k for end, k in ends.items() if end <= n}
+                key: ends.copy()
+                if max(ends, default=0) <= n
+                else {end: k for end, k in ends.items() if end <= n}
                 for key, ends in self.cache_keys.items()
                 if key[0] < n
             },
             {i: t for i, t in self.instruction_tokens.items() if i < n},
             {
-                key: (writes, ends.copy() if grown else {end for end in ends if end <= n})
+                key: (writes, ends.copy() if max(ends, default=0) <= n else {end for end in ends if end <= n})
                 for key, (writes, ends) in self.misses.items()
                 if key[0] < n
             },
+            born=self.born[:n],
         )
 
     def _read(self, messages: Sequence[ModelMessage], counter: TokenCounter) -> None:
         start = len(self.messages)
+        rest = messages[start:]
+        # `check_messages` of the new messages (what `run_spans` and `safe_cut_points` check): the
+        # common case in C, else the whole check, which names the index of what is not a message.
+        if not (set(map(type, rest)) <= _MESSAGE_TYPES and set(map(type, map(_PARTS, rest))) <= {list}):
+            check_messages(messages)
+        self.born.extend(itertools.repeat(self.serial, len(rest)))
         total, count = self.totals[-1], self.observations[-1]
         for i in range(start, len(messages)):
             message = messages[i]
@@ -257,11 +297,33 @@ class Reading:
             found = self.misses[(start, template)] = (writes, set())
         return found[1]
 
+    def unchanged_since(self, serial: int) -> int:
+        """How many leading messages are the very ones the reading `serial` (an earlier one of this
+        sequence) read at their places."""
+        return bisect.bisect_right(self.born, serial) if serial <= self.serial else 0
+
     def cut_points(self) -> list[int]:
         """`safe_cut_points` of the messages (read once per reading)."""
         if self.cuts is None:
-            self.cuts = safe_cut_points(self.messages)
+            folds = self.folds
+            self.cuts = (
+                folds.read(self, 'cuts', _Cuts, _Cuts.points)
+                if folds is not None
+                else safe_cut_points(self.messages)
+            )
         return self.cuts
+
+    def run_spans(self) -> list[RunSpan]:
+        """`views.run_spans` of the messages."""
+        if self.folds is None or not self.messages:
+            return run_spans(self.messages)
+        return self.folds.read(self, 'runs', _Runs, _Runs.spans)
+
+    def unresolved_failures(self) -> set[str]:
+        """`_frontier.unresolved_failures` of the messages."""
+        if self.folds is None:
+            return unresolved_failures(self.messages)
+        return self.folds.read(self, 'failures', _Failures, _Failures.unresolved)
 
     def span_digest(self, start: int, end: int, digest: Callable[[ModelMessage], str]) -> str:
         """The hex digest of the messages' digests from `start` to `end` (the cache key's span)."""
@@ -301,6 +363,52 @@ class Reading:
         return found
 
 
+class _Fold(Protocol):
+    """A fold over messages that can be cut back and extended (`_scope.Fold`)."""
+
+    @property
+    def messages(self) -> Sequence[ModelMessage]: ...
+    def truncate(self, n: int) -> None: ...
+    def extend(self, messages: Sequence[ModelMessage]) -> None: ...
+
+
+F = TypeVar('F', bound=_Fold)
+R = TypeVar('R')
+
+
+@dataclass(eq=False)
+class Followers:
+    """Folds over the policy's inputs (cut points, runs, failures) that follow its readings.
+
+    Each fold is brought up to a reading from the one it last followed: the messages of the
+    reading born before then are the very ones the fold read (`Reading.born`), so it is cut back
+    to them and extended, with no pass over the list (the compiling scope's folds of the same
+    name search their folds by comparing lists, several passes per compile). A reading older than
+    the one a fold followed (a compile resumed after awaiting the summariser) gets a fold of its own.
+    """
+
+    folds: dict[str, tuple[int, Any]] = field(default_factory=dict[str, tuple[int, Any]])
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def read(self, reading: Reading, name: str, new: Callable[[], F], read: Callable[[F], R]) -> R:
+        """`read(fold)` of the fold `name` brought up to `reading`."""
+        with self.lock:
+            found = self.folds.get(name)
+            if found is not None and found[0] <= reading.serial:
+                fold: F = found[1]
+                same = reading.unchanged_since(found[0])
+                if same < len(fold.messages):
+                    fold.truncate(same)
+            else:
+                fold = new()
+                if found is not None:  # an older reading: the fold following the newer ones stays
+                    fold.extend(reading.messages)
+                    return read(fold)
+            fold.extend(reading.messages)
+            self.folds[name] = (reading.serial, fold)
+            return read(fold)
+
+
 # --- the ledger: counts, digests and cache keys, from the kept reading ------------------------------
 
 
@@ -322,10 +430,12 @@ class SummaryLedger:
     steps: dict[bool, StepEnds] = field(default_factory=lambda: dict[bool, StepEnds]())
     """Where summaries may end (`_summary_plan.candidates`), kept apart for the lists that stop
     before the current run and the ones that do not."""
+    folds: Followers = field(default_factory=lambda: Followers())
+    """Cut points, runs and failures of the inputs, following the readings."""
 
     def read(self, messages: Sequence[ModelMessage], counter: TokenCounter) -> Reading:
         """What this compile reads of `messages`, resumed from the previous compile's reading."""
-        reading = self.reading = Reading.of(messages, counter, self.reading)
+        reading = self.reading = Reading.of(messages, counter, self.reading, self.folds)
         return reading
 
     def reading_of(self, messages: Sequence[ModelMessage]) -> Reading | None:
@@ -369,6 +479,18 @@ class SummaryLedger:
         """`safe_cut_points(messages)`, from the reading when it is of `messages`."""
         reading = self.reading_of(messages)
         return reading.cut_points() if reading is not None else safe_cut_points(messages)
+
+    def current_run(self, messages: Sequence[ModelMessage], run_id: str | None) -> RunSpan | None:
+        """`views.current_run(messages, run_id=run_id)`, from the reading when it is of `messages`."""
+        reading = self.reading_of(messages)
+        if reading is None:
+            return current_run(messages, run_id=run_id)
+        spans = reading.run_spans()
+        if run_id is not None:
+            for span in reversed(spans):
+                if span.run_id == run_id:
+                    return span
+        return spans[-1] if spans else None
 
     def keys(
         self, messages: Sequence[ModelMessage], start: int, ends: Sequence[int], template: tuple[str, str]
@@ -428,14 +550,21 @@ def key_template(
 ) -> tuple[str, str]:
     """The cache key's JSON payload before and after the span's digest (keys sorted: the same
     text `json.dumps(payload, sort_keys=True)` gives)."""
+    return _key_template(previous or '', model_name(model), size or 0, instructions or '', max_part_chars)
+
+
+@functools.lru_cache(maxsize=64)
+def _key_template(
+    previous: str, model: str, size: int, instructions: str, max_part_chars: int
+) -> tuple[str, str]:
     payload = {
         'version': PROMPT_VERSION,
-        'model': model_name(model),
-        'instructions': instructions or '',
+        'model': model,
+        'instructions': instructions,
         'max_part_chars': max_part_chars,
-        'previous': previous or '',
+        'previous': previous,
         'span': '@',
-        'size': size or 0,
+        'size': size,
     }
     # A quote never appears unescaped inside a JSON string, so '"@"' is the span's value only.
     before, after = json.dumps(payload, sort_keys=True).split('"@"')

@@ -38,13 +38,11 @@ from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.policies import _summary_ahead, _summary_plan
 from pydantic_ai_context.policies._base import AsyncPolicy
 from pydantic_ai_context.policies._fit_note import drop_record
-from pydantic_ai_context.policies._frontier import unresolved_failures
 from pydantic_ai_context.policies._summary_block import (
     ACK_KIND,
     ACK_TEXT,
     KEPT_KIND,
     MARKER_KIND,
-    SUMMARY_PREFIX,
     BlockMemo,
     Zones,
     assemble_block,
@@ -55,8 +53,7 @@ from pydantic_ai_context.policies._summary_block import (
 )
 from pydantic_ai_context.policies._summary_call import FALLBACK_TEMPLATE as FALLBACK_TEMPLATE
 from pydantic_ai_context.policies._summary_call import SummaryCalls
-from pydantic_ai_context.policies._summary_plan import MIN_TAIL_SHARE
-from pydantic_ai_context.policies._summary_reading import SummaryLedger, key_template
+from pydantic_ai_context.policies._summary_reading import Reading, SummaryLedger, key_template
 from pydantic_ai_context.policies.summariser import (
     PROMPT_VERSION,
     SUMMARISER_INSTRUCTIONS,
@@ -248,12 +245,15 @@ class SummarizeWindow(AsyncPolicy):
             return int(context.budget.limit * self.threshold)
         return context.budget.soft_limit
 
-    def _fires(self, messages: Sequence[ModelMessage], context: CompileContext) -> str | None:
+    def _fires(
+        self, messages: Sequence[ModelMessage], context: CompileContext, reading: Reading | None
+    ) -> str | None:
         if self.trigger == 'messages':
             if len(messages) > self.max_messages:
                 return f'{len(messages)} messages > {self.max_messages}'
             return None
-        used = context.counter.count_messages(messages)
+        counter = context.counter
+        used = reading.count(0, len(messages), counter) if reading else counter.count_messages(messages)
         if self.max_tokens is None and self.threshold is None and context.budget is not None:
             budget = context.budget.with_used(used)
             return f'{used:,} tokens over the soft threshold' if budget.needs_compaction() else None
@@ -275,14 +275,20 @@ class SummarizeWindow(AsyncPolicy):
     async def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
         if len(messages) < 3 or not isinstance(messages[-1], ModelRequest):
             return messages
-        why = self._fires(messages, context)
+        # What this compile reads of its input, resumed from the previous compile's reading: the
+        # trigger's count, the zones, the plan and the block are read off it.
+        reading = self._ledger.read(messages, context.counter) if self.trigger == 'tokens' else None
+        why = self._fires(messages, context, reading)
         model = self.summary_model if self.summary_model is not None else context.model
         if why is None:
             if self.ahead:  # --- summary ahead (see _summary_ahead) ---
                 _summary_ahead.start_if_due(self, messages, None, model, context)
             return messages
-        reading = self._ledger.read(messages, context.counter)
-        zones = find_zones(messages, summaries=reading.summaries, cuts=reading.cut_points)
+        if reading is None:
+            reading = self._ledger.read(messages, context.counter)
+        zones = find_zones(
+            messages, summaries=reading.summaries, cuts=reading.cut_points, spans=reading.run_spans
+        )
         if zones is None or _fitted_by_a_drop(self._ledger, messages, zones, context):
             return messages
         reuse: tuple[int, str] | None = None
@@ -316,7 +322,7 @@ class SummarizeWindow(AsyncPolicy):
                 keep_current_run=self.keep_current_run,
                 step_messages=self.step_messages,
             )
-        unresolved = unresolved_failures(messages)
+        unresolved = reading.unresolved_failures()
         kept = kept_in(messages, zones.start, end, unresolved, candidates=reading.may_keep(zones.start, end))
         while (
             kept.loose_response_at is not None
@@ -361,48 +367,28 @@ class SummarizeWindow(AsyncPolicy):
     def _plan_shrink(
         self, messages: Sequence[ModelMessage], zones: Zones, model: Any, context: CompileContext
     ) -> tuple[int, tuple[int, str] | None] | None:
-        """The end of the span to summarise, and the cached summary to reuse for it (if any).
-
-        The cached summary reaching furthest is reused while the view it gives stays within the
-        trigger; past that, a new span end is chosen so that the view shrinks to the low-water
-        mark. None when no summary could make the view fit the limit.
-        """
+        """The end of the span to summarise, and the cached summary to reuse for it (if any); see
+        `_summary_plan.shrink_end`. None when no summary could make the view fit the limit."""
         budget = context.budget
         assert budget is not None
         assert self.low_water is not None
         candidates = self.candidates(messages, zones, context)
         if not candidates:
             return None
-        counter = context.counter
-        suffix = self._ledger.suffix_tokens(messages, candidates[0], counter)
-        # The head, the summary's framing and acknowledgement, whatever the summary does not replace.
-        fixed = counter.count_messages(zones.head) + counter.count_text(SUMMARY_PREFIX + ACK_TEXT) + 8
+        size = self.summary_tokens(context, zones)
+        start, previous, _ = self.walk_chain(messages, zones, candidates, model, size)
         high = self.trigger_tokens(context) or budget.limit
-        start, previous, _ = self.walk_chain(
-            messages, zones, candidates, model, self.summary_tokens(context, zones)
+        return _summary_plan.shrink_end(
+            self._ledger,
+            messages,
+            zones,
+            context,
+            candidates,
+            (start, previous),
+            size or 0,
+            high,
+            self.low_water,
         )
-        if (
-            previous is not None
-            and start > zones.start
-            and fixed + counter.count_text(previous) + suffix[start] <= high
-        ):
-            return start, (start, previous)
-        asked = self.summary_tokens(context, zones) or 0
-        if high - fixed - asked < budget.limit * MIN_TAIL_SHARE:
-            # The task framing and a summary leave (next to) no room for the recent steps: a
-            # summary would be dropped again at once. Leave the steps to fit_to_budget.
-            return None
-        # The low-water mark is for what stays beside the summary: the summary's own size is what
-        # the previous one took, or half the size asked for.
-        planned = counter.count_text(previous) if previous is not None else asked // 2
-        low = int(budget.limit * self.low_water)
-        reachable = [e for e in candidates if e > start] or candidates[-1:]
-        for end in reachable:
-            if fixed + planned + suffix[end] <= low:
-                return end, None
-        if fixed + asked + suffix[reachable[-1]] > budget.limit:
-            return None  # no summary makes it fit: better leave the steps to fit_to_budget
-        return reachable[-1], None
 
     # --- what the planning and the summaries made ahead ask (see `_summary_ahead.AheadPolicy`) ---
 

@@ -581,6 +581,36 @@ async def test_the_summariser_reads_the_originals_of_what_the_view_masked() -> N
     assert 'src/pkg/module_13.py' in prompts[0]  # past the digest's 8 paths, and in the clipped middle
 
 
+def test_the_span_stamp_and_run_ids_kept_by_the_reading_are_read_again_when_the_span_changed() -> None:
+    """With the policy's reading, the block's stamp and run ids are kept with no pass over the span
+    (issue 22): only while the messages up to the span's end are the ones an earlier reading read,
+    and the head is the same objects."""
+    from pydantic_ai_context._scope import MemoScope, compiling
+    from pydantic_ai_context.policies._summary_block import BlockMemo, Zones, _stamp_and_ids
+
+    names = {f.name for f in dataclasses.fields(ModelRequest)}
+    if not {'run_id', 'conversation_id'} <= names:
+        pytest.skip('this pydantic-ai has no run or conversation ids on messages')
+    log = coding_log(4).messages
+    zones = Zones(head=log[:1], start=1, start_log=1, head_log=1)
+    memo = BlockMemo()
+    ledger = summarize_window().ledger
+    counter = HeuristicCounter()
+    with compiling(MemoScope(), log):
+        reading = ledger.read(log, counter)
+        stamp, ids = _stamp_and_ids(log[1:], zones, memo, reading)
+        assert ids == {}
+        assert _stamp_and_ids(log[1:], zones, memo, ledger.read(list(log), counter)) == (stamp, ids)
+        renamed = [*log[:-1], dataclasses.replace(log[-1], run_id='run-2')]
+        assert _stamp_and_ids(renamed[1:], zones, memo, ledger.read(renamed, counter))[1] == {
+            'run_id': 'run-2'
+        }
+        head = [dataclasses.replace(log[0], conversation_id='conv-1')]
+        moved = Zones(head=head, start=1, start_log=1, head_log=1)
+        found = _stamp_and_ids(renamed[1:], moved, memo, ledger.read(list(renamed), counter))
+        assert found[1] == {'run_id': 'run-2', 'conversation_id': 'conv-1'}
+
+
 def test_the_span_stamp_and_run_ids_are_read_again_when_the_span_changed() -> None:
     """The block's stamp and run ids are kept between compiles (issue 22: both walked the whole
     span every compile) only while the span and the head are the very same objects."""

@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from pydantic_ai.messages import (
     ModelMessage,
@@ -290,6 +290,7 @@ def assemble_block(
     ref: str | None = None,
     observations: int | None = None,
     reuse: BlockMemo | None = None,
+    reading: Numbered | None = None,
 ) -> list[ModelMessage]:
     """The view with `messages[zones.start:end]` replaced by the summary block: the summary request
     (merged into the head's last request when the head ends with one), then what the span kept
@@ -299,9 +300,10 @@ def assemble_block(
     The summary names the span it stands for by a ref (`read_context`), kept in `originals`: the
     span after what an earlier summary of this view stood for. `ref` and `observations` (the
     tool-result requests in the span) are computed here unless the caller knows them; `reuse`
-    gives the previous call's block objects back when the block is the same."""
+    gives the previous call's block objects back when the block is the same; `reading` (the
+    policy's reading of `messages`) tells whether the span is what the block was last read from."""
     middle = messages[zones.start : end]
-    stamp, ids = _stamp_and_ids(middle, zones, reuse)
+    stamp, ids = _stamp_and_ids(middle, zones, reuse, reading)
     earlier = earlier_ref(messages, zones.start)
     span: list[ModelMessage | str] = [*([earlier] if earlier is not None else []), *middle]
     if ref is None:
@@ -392,16 +394,42 @@ class BlockMemo:
     block: list[ModelMessage] = field(default_factory=list[ModelMessage])
     read: tuple[int | None, list[ModelMessage], list[ModelMessage], datetime, dict[str, Any]] | None = None
     """The span and head the stamp and run ids were last read from (generation, middle, head, ...)."""
+    numbered: tuple[int, int, int, list[ModelMessage], datetime, dict[str, Any]] | None = None
+    """The same, by the policy's reading: (its serial, the span's start and end, head, ...)."""
+
+
+class Numbered(Protocol):
+    """A reading of the messages that tells how many of them an earlier reading read (`Reading`)."""
+
+    @property
+    def serial(self) -> int: ...
+    def unchanged_since(self, serial: int) -> int: ...
 
 
 def _stamp_and_ids(
-    middle: Sequence[ModelMessage], zones: Zones, reuse: BlockMemo | None
+    middle: Sequence[ModelMessage], zones: Zones, reuse: BlockMemo | None, reading: Numbered | None = None
 ) -> tuple[datetime, dict[str, Any]]:
     """`stamp_of` and `run_ids_of` of the span, from `reuse` when the span and the head are the
     very objects they were last read from in this generation (both walk the whole span, and the
-    span is most of a long log)."""
-    generation = active_generation()
+    span is most of a long log). With the policy's `reading`, the span is known to be the same
+    with no pass over it: the messages up to its end are the ones the earlier reading read."""
     head = zones.head
+    if reuse is not None and reading is not None:
+        end = zones.start + len(middle)
+        found = reuse.numbered
+        if found is not None:
+            serial, start, stop, read_head, stamp, ids = found
+            if (
+                (start, stop) == (zones.start, end)
+                and reading.unchanged_since(serial) >= end
+                and len(read_head) == len(head)
+                and first_difference(read_head, head) == len(head)
+            ):
+                return stamp, ids
+        stamp, ids = stamp_of(middle, zones), run_ids_of(middle, head)
+        reuse.numbered = (reading.serial, zones.start, end, list(head), stamp, ids)
+        return stamp, ids
+    generation = active_generation()
     if reuse is not None and reuse.read is not None and generation is not None:
         read_generation, read_middle, read_head, stamp, ids = reuse.read
         if (

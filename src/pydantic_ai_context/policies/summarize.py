@@ -360,6 +360,7 @@ class SummarizeWindow(AsyncPolicy):
             ref=reading.span_ref(zones.start, end, earlier),
             observations=reading.observations[end] - reading.observations[zones.start],
             reuse=self._block,
+            reading=reading,
         )
 
     # --- planning a shrink under a budget -----------------------------------------------------

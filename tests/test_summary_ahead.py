@@ -510,6 +510,29 @@ def test_a_log_digest_is_kept_only_while_the_log_up_to_its_end_is_the_same() -> 
         assert changed == LogDigests().of(branched, 1, 5, policy.ledger.message_digest) != first
 
 
+def test_a_log_digest_is_checked_against_the_log_up_to_the_furthest_span_end() -> None:
+    """Only the log up to the furthest span end is kept and compared: a span that ends further
+    than the ones kept before extends it, so a change inside that span is seen."""
+    policy = SummarizeWindow()
+    log = (
+        History()
+        .user('go')
+        .step(Tool('cat', {'path': 'a'}, 'one'))
+        .step(Tool('cat', {'path': 'b'}, 'two'))
+        .step(Tool('cat', {'path': 'c'}, 'three'))
+        .build()
+    )
+    other = History().user('go').step(Tool('cat', {'path': 'x'}, 'six')).build()
+    branched = [*log[:3], *other[1:], *log[5:]]  # the second step differs
+    with compiling(MemoScope(), log):
+        digests = LogDigests()
+        digests.of(log, 1, 3, policy.ledger.message_digest)
+        first = digests.of(log, 1, 5, policy.ledger.message_digest)
+        assert digests.of([*log, *other[1:]], 1, 3, policy.ledger.message_digest)  # a longer log
+        changed = digests.of(branched, 1, 5, policy.ledger.message_digest)
+    assert changed == LogDigests().of(branched, 1, 5, policy.ledger.message_digest) != first
+
+
 def test_the_reading_counts_a_span_as_count_messages_does() -> None:
     """Spans are counted from the reading's running totals; instructions count once per span, the
     newest request's that has them (an empty string included), as `count_messages` counts them."""

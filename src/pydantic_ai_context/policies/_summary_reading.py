@@ -643,9 +643,12 @@ class LogDigests:
     A span's digest is kept while the log's messages up to its end are the same objects, in the
     same generation of the compiling scope (no message edited in place since): the summary in
     flight is checked against the log at every request, and that costs no pass over the span.
+    Only the log up to the furthest span end is kept and compared (the newest messages, never
+    in a span, are neither copied nor compared).
     """
 
     log: tuple[ModelMessage, ...] = ()
+    """The log up to the furthest end of `spans`, as last seen."""
     generation: int | None = None
     spans: dict[tuple[int, int], str] = field(default_factory=dict[tuple[int, int], str])
 
@@ -660,8 +663,6 @@ class LogDigests:
         same = first_difference(self.log, log)
         if same < len(self.log):
             self.spans = {span: found for span, found in self.spans.items() if span[1] <= same}
-        if same < len(self.log) or len(log) != len(self.log):
-            self.log = tuple(log)
         self.generation = generation
         found = self.spans.get((start, end))
         if found is None:
@@ -673,4 +674,7 @@ class LogDigests:
                 if len(self.spans) >= _LOG_SPANS:
                     del self.spans[next(iter(self.spans))]
                 self.spans[(start, end)] = found
+        furthest = max((span[1] for span in self.spans), default=0)
+        if same < len(self.log) or furthest != len(self.log):
+            self.log = tuple(log[:furthest])
         return found

@@ -26,7 +26,7 @@ from pydantic_core import PydanticSerializationError
 
 from pydantic_ai_context import _markers, _parts
 from pydantic_ai_context._memo import ObjectMemo
-from pydantic_ai_context._prefix import first_difference
+from pydantic_ai_context._prefix import equal_prefix_length
 from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.integrity import _Cuts, check_messages, safe_cut_points
 from pydantic_ai_context.policies._frontier import _Failures, counter_key, unresolved_failures
@@ -133,8 +133,8 @@ class Reading:
     serial: int = field(default_factory=lambda: next(_SERIALS))
     """This reading's place in its policy's sequence of readings (each one resumes the one before)."""
     born: list[int] = field(default_factory=list[int])
-    """Per message, the serial of the reading that first read it at its place (non-decreasing:
-    a reading keeps a prefix of the one before and reads the rest)."""
+    """Per message, the serial of the reading that first read it (or an equal message) at its
+    place (non-decreasing: a reading keeps a prefix of the one before and reads the rest)."""
 
     @classmethod
     def of(
@@ -153,7 +153,9 @@ class Reading:
             and previous.generation == generation
             and previous.counter == key
         ):
-            same = first_difference(previous.messages, messages)
+            # Equal messages read the same (every count, digest and fold here is of their values):
+            # list equality, in C, instead of an identity pass.
+            same = equal_prefix_length(previous.messages, messages)
         if previous is None or same == 0:
             reading = cls(
                 (), generation, key, [0], [0], [], [], [], [], [], isinstance(counter, _MessageCounter)
@@ -298,7 +300,7 @@ class Reading:
         return found[1]
 
     def unchanged_since(self, serial: int) -> int:
-        """How many leading messages are the very ones the reading `serial` (an earlier one of this
+        """How many leading messages are the ones (or equal ones) the reading `serial` (an earlier one of this
         sequence) read at their places."""
         return bisect.bisect_right(self.born, serial) if serial <= self.serial else 0
 
@@ -381,7 +383,7 @@ class Followers:
     """Folds over the policy's inputs (cut points, runs, failures) that follow its readings.
 
     Each fold is brought up to a reading from the one it last followed: the messages of the
-    reading born before then are the very ones the fold read (`Reading.born`), so it is cut back
+    reading born before then are the ones (or equal ones) the fold read (`Reading.born`), so it is cut back
     to them and extended, with no pass over the list (the compiling scope's folds of the same
     name search their folds by comparing lists, several passes per compile). A reading older than
     the one a fold followed (a compile resumed after awaiting the summariser) gets a fold of its own.
@@ -640,7 +642,7 @@ _LOG_SPANS: Final = 8
 class LogDigests:
     """Digests of spans of the canonical log, kept from one compile to the next.
 
-    A span's digest is kept while the log's messages up to its end are the same objects, in the
+    A span's digest is kept while the log's messages up to its end are the same (or equal), in the
     same generation of the compiling scope (no message edited in place since): the summary in
     flight is checked against the log at every request, and that costs no pass over the span.
     Only the log up to the furthest span end is kept and compared (the newest messages, never
@@ -660,7 +662,7 @@ class LogDigests:
         if generation is None or generation != self.generation:
             self.spans = {}
             self.log = ()
-        same = first_difference(self.log, log)
+        same = equal_prefix_length(self.log, log)
         if same < len(self.log):
             self.spans = {span: found for span, found in self.spans.items() if span[1] <= same}
         self.generation = generation

@@ -533,6 +533,18 @@ def test_a_log_digest_is_checked_against_the_log_up_to_the_furthest_span_end() -
     assert changed == LogDigests().of(branched, 1, 5, policy.ledger.message_digest) != first
 
 
+def test_text_tokens_are_remembered_per_counter() -> None:
+    """The ledger remembers the tokens of the texts the plan sizes itself by (the summary's framing,
+    the cached summary) by counter and text: another counter counts them again."""
+    from pydantic_ai_context import TiktokenCounter
+
+    ledger = SummarizeWindow().ledger
+    text = 'Goal: fix the failing test. Done: read the modules, ran the tests. ' * 20
+    for counter in (HeuristicCounter(), TiktokenCounter(), HeuristicCounter()):
+        assert ledger.text_tokens(counter, text) == counter.count_text(text)
+    assert ledger.text_tokens(HeuristicCounter(), None) == 0
+
+
 def test_the_reading_counts_a_span_as_count_messages_does() -> None:
     """Spans are counted from the reading's running totals; instructions count once per span, the
     newest request's that has them (an empty string included), as `count_messages` counts them."""

@@ -163,9 +163,11 @@ def _conversation(policy: AheadPolicy, zones: Zones) -> str:
     return running.hexdigest()
 
 
-def _fixed(zones: Zones, context: CompileContext) -> int:
+def _fixed(policy: AheadPolicy, zones: Zones, context: CompileContext) -> int:
     counter = context.counter
-    return counter.count_messages(zones.head) + counter.count_text(SUMMARY_PREFIX + ACK_TEXT) + 8
+    return (
+        counter.count_messages(zones.head) + policy.ledger.text_tokens(counter, SUMMARY_PREFIX + ACK_TEXT) + 8
+    )
 
 
 def _log_digest(policy: AheadPolicy, context: CompileContext, start_log: int, end_log: int) -> str | None:
@@ -223,8 +225,8 @@ def _chain(
         )
     counter = context.counter
     projected = (
-        _fixed(zones, context)
-        + counter.count_text(previous or '')
+        _fixed(policy, zones, context)
+        + policy.ledger.text_tokens(counter, previous)
         + policy.ledger.count(messages, start, len(messages), context.counter)
     )
     return _Chain(start, previous, projected)
@@ -282,8 +284,8 @@ def start_if_due(
     chain = _chain(policy, messages, zones, model, context)
     size = policy.summary_tokens(context, zones)
     asked = size or 0
-    fixed = _fixed(zones, context)
-    planned = counter.count_text(chain.previous) if chain.previous else asked // 2
+    fixed = _fixed(policy, zones, context)
+    planned = policy.ledger.text_tokens(counter, chain.previous) if chain.previous else asked // 2
     room = low - fixed - planned
     if high - fixed - asked < limit * MIN_TAIL_SHARE:
         return  # no summary would be made at the trigger either

@@ -146,11 +146,11 @@ def shrink_end(
     start, previous = chain
     suffix = ledger.suffix_tokens(messages, candidates[0], counter)
     # The head, the summary's framing and acknowledgement, whatever the summary does not replace.
-    fixed = counter.count_messages(zones.head) + counter.count_text(SUMMARY_PREFIX + ACK_TEXT) + 8
+    fixed = counter.count_messages(zones.head) + ledger.text_tokens(counter, SUMMARY_PREFIX + ACK_TEXT) + 8
     if (
         previous is not None
         and start > zones.start
-        and fixed + counter.count_text(previous) + suffix[start] <= high
+        and fixed + ledger.text_tokens(counter, previous) + suffix[start] <= high
     ):
         return start, (start, previous)
     if high - fixed - asked < budget.limit * MIN_TAIL_SHARE:
@@ -159,7 +159,7 @@ def shrink_end(
         return None
     # The low-water mark is for what stays beside the summary: the summary's own size is what
     # the previous one took, or half the size asked for.
-    planned = counter.count_text(previous) if previous is not None else asked // 2
+    planned = ledger.text_tokens(counter, previous) if previous is not None else asked // 2
     low = int(budget.limit * low_water)
     reachable = candidates[bisect.bisect_right(candidates, start) :] or candidates[-1:]
     # The first end whose tail fits beside the summary under the low-water mark: the tail only

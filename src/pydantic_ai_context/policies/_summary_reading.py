@@ -76,6 +76,8 @@ class Suffix:
 _SERIALS: Final = itertools.count(1)
 """Serial numbers of readings (`Reading.serial`)."""
 _MESSAGE_TYPES: Final = frozenset({ModelRequest, ModelResponse})
+_TEXTS: Final = 8
+"""Texts whose tokens `SummaryLedger.text_tokens` remembers."""
 _PARTS: Final = operator.attrgetter('parts')
 
 _RUNNING_STARTS: Final = 4
@@ -434,6 +436,8 @@ class SummaryLedger:
     before the current run and the ones that do not."""
     folds: Followers = field(default_factory=lambda: Followers())
     """Cut points, runs and failures of the inputs, following the readings."""
+    texts: dict[tuple[Hashable, str], int] = field(default_factory=dict[tuple[Hashable, str], int])
+    """Tokens of the last few texts counted (`text_tokens`)."""
 
     def read(self, messages: Sequence[ModelMessage], counter: TokenCounter) -> Reading:
         """What this compile reads of `messages`, resumed from the previous compile's reading."""
@@ -481,6 +485,19 @@ class SummaryLedger:
         """`safe_cut_points(messages)`, from the reading when it is of `messages`."""
         reading = self.reading_of(messages)
         return reading.cut_points() if reading is not None else safe_cut_points(messages)
+
+    def text_tokens(self, counter: TokenCounter, text: str | None) -> int:
+        """`counter.count_text(text)`, remembered for the last few texts (the summary's framing, the
+        summaries the plan sizes itself by: the same texts at every compile)."""
+        if not text:
+            return 0
+        key = (counter_key(counter), text)
+        found = self.texts.get(key)
+        if found is None:
+            if len(self.texts) >= _TEXTS:
+                del self.texts[next(iter(self.texts))]
+            found = self.texts[key] = counter.count_text(text)
+        return found
 
     def current_run(self, messages: Sequence[ModelMessage], run_id: str | None) -> RunSpan | None:
         """`views.current_run(messages, run_id=run_id)`, from the reading when it is of `messages`."""

@@ -454,6 +454,35 @@ async def test_store_summary_cache_writes_through_to_the_policys_own_cache() -> 
     assert cache.get('missing') is None
 
 
+async def test_store_summary_cache_counts_its_writes_with_the_inner_caches() -> None:
+    """`writes` changes with every put, preload and write to the inner cache (another profile's), so
+    `summarize_window` looks again the spans it found nothing for; an inner cache that does not
+    count its writes makes it `None` (looked up every time)."""
+    inner = InMemorySummaryCache()
+    store = MemoryStore()
+    await store.put_summary('stored', 'a summary in the store')
+    cache = StoreSummaryCache(store, inner=inner)
+    seen = [cache.writes]
+    cache.put('new', 'fresh summary')
+    seen.append(cache.writes)
+    inner.put('shared', 'written by another profile')
+    seen.append(cache.writes)
+    await cache.preload(['stored'])
+    seen.append(cache.writes)
+    assert cache.get('missing') is None
+    assert [*seen, cache.writes] == [0, 2, 3, 4, 4]
+
+    class DictCache:
+        def get(self, key: str) -> str | None:
+            return None
+
+        def put(self, key: str, summary: str) -> None:
+            pass
+
+    assert StoreSummaryCache(store, inner=DictCache()).writes is None
+    assert StoreSummaryCache(store).writes == 0
+
+
 async def test_the_sessions_profile_keeps_the_policys_cache_as_inner() -> None:
     calls: list[int] = []
     shared = InMemorySummaryCache()

@@ -83,6 +83,20 @@ class StoreSummaryCache:
         self._entries: dict[str, str] = {}
         self._pending: dict[str, str] = {}
         self._used: dict[str, None] = {}
+        self._writes = 0
+
+    @property
+    def writes(self) -> int | None:
+        """Puts and preloads so far, with the inner cache's writes: a `get` answers the same while
+        this is unchanged (see `InMemorySummaryCache.writes`); `None` when the inner cache does not
+        count its writes."""
+        inner = 0
+        if self.inner is not None:
+            counted = getattr(self.inner, 'writes', None)
+            if not isinstance(counted, int) or isinstance(counted, bool):
+                return None
+            inner = counted
+        return self._writes + inner
 
     @property
     def used(self) -> list[str]:
@@ -101,6 +115,7 @@ class StoreSummaryCache:
         return found
 
     def put(self, key: str, summary: str) -> None:
+        self._writes += 1
         self._entries[key] = self._pending[key] = summary
         self._used[key] = None
         if self.inner is not None:
@@ -122,6 +137,7 @@ class StoreSummaryCache:
         for key, summary in loaded.items():
             self._entries[key] = summary
             self._used[key] = None
+        self._writes += len(loaded)
         return found + len(loaded)
 
     async def flush(self) -> list[str]:

@@ -10,7 +10,6 @@ from the previous compile's work where the conversation did not change.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import functools
 import hashlib
 import itertools
@@ -174,15 +173,8 @@ class Reading:
         return len(self.messages) == len(messages) and (not messages or self.messages[-1] is messages[-1])
 
     def truncated(self, n: int) -> Reading:
-        """What this reading holds of its first `n` messages (a new reading: this one is unchanged).
-
-        When nothing is cut off (the conversation only grew), the new reading shares this one's
-        lists and dicts: they only grow, and every question this reading answers names positions
-        within its own messages, which the new reading keeps as they are (what it adds lies past
-        them, or is the same answer for the same messages).
-        """
-        if n == len(self.messages):
-            return dataclasses.replace(self, cuts=None, serial=next(_SERIALS))
+        """What this reading holds of its first `n` messages (a new reading: this one is unchanged,
+        and no list or dict is shared, so two compiles resuming one reading at once never meet)."""
 
         def below(positions: list[int]) -> list[int]:
             return positions[: bisect.bisect_left(positions, n)]

@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import UsageLimits
 
@@ -713,6 +720,36 @@ def test_cut_points_runs_and_failures_follow_the_readings_as_fresh_ones_would() 
         assert kept(older) == expected[id(fixed)]
     assert expected[id(late)][0] == [0, 1, len(late)]  # the late result made the later cuts unsafe
     assert expected[id(fixed)][2] == set() != expected[id(log)][2]  # the failure resolved
+
+
+def test_step_ends_from_the_readings_cut_points_equal_fresh_ones() -> None:
+    """Writing a summary and settling the ones made ahead place the chain's step ends from the cut
+    points the reading keeps (no fold of the scope's over the whole input), as from fresh ones."""
+    from pydantic_ai_context.integrity import safe_cut_points
+    from pydantic_ai_context.policies._summary_plan import step_ends
+
+    history = History().user('go')
+    for name in 'abcdefgh':
+        history = history.step(Tool('cat', {'path': name}, name), Tool('ls', {}, name))
+    log = [*history.build(), ModelRequest(parts=[ToolReturnPart('cat', 'late', tool_call_id='x')])]
+    policy = SummarizeWindow(step_messages=3)
+
+    def reference(messages: list[ModelMessage], zones: Zones, end: int) -> list[int]:
+        cuts = [c for c in safe_cut_points(messages) if zones.start < c <= end]
+        found = {end}
+        for k in range(1, (end - zones.start) // 3 + 1):
+            below = [c for c in cuts if c <= zones.start + k * 3]
+            if below:
+                found.add(below[-1])
+        return sorted(found)
+
+    with compiling(MemoScope(), log):
+        policy.ledger.read(log, HeuristicCounter())
+        zones = find_zones(log)
+        assert zones is not None
+        for end in range(zones.start + 1, len(log)):
+            kept = step_ends(log, zones, end, 3, policy.ledger.cut_points(log))
+            assert kept == step_ends(log, zones, end, 3) == reference(log, zones, end)
 
 
 def test_step_ends_kept_between_compiles_follow_the_cut_points() -> None:

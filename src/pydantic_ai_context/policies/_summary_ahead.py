@@ -57,7 +57,6 @@ from pydantic_ai_context.policies._summary_block import (
 )
 from pydantic_ai_context.policies._summary_call import AHEAD, SpanSummaries
 from pydantic_ai_context.policies._summary_plan import MIN_TAIL_SHARE, step_ends
-from pydantic_ai_context.policies._summary_reading import SummaryLedger
 from pydantic_ai_context.policies._summary_tasks import BackgroundSummaries as BackgroundSummaries
 from pydantic_ai_context.policies._summary_tasks import Pending, cancel
 from pydantic_ai_context.views import CompileContext
@@ -121,8 +120,6 @@ class AheadPolicy(SpanSummaries, Protocol):
     def ahead_waits(self) -> bool: ...
     @property
     def keep_current_run(self) -> bool: ...
-    @property
-    def ledger(self) -> SummaryLedger: ...
     def plans_by_budget(self, context: CompileContext) -> bool: ...
     def trigger_tokens(self, context: CompileContext) -> int | None: ...
     def key_template(self, previous: str | None, model: Any, size: int | None) -> tuple[str, str]: ...
@@ -616,7 +613,7 @@ def settle(
     if registry is None or not registry.made():
         return
     size = policy.summary_tokens(context, zones)
-    ends = step_ends(messages, zones, end, policy.step_messages)
+    ends = step_ends(messages, zones, end, policy.step_messages, policy.ledger.cut_points(messages))
     start, previous_digest = zones.start, zones.previous_digest
     while start < end:
         template = policy.key_template(previous_digest, model, size)

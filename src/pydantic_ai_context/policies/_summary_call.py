@@ -24,6 +24,7 @@ from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.budget import resolve_context_window
 from pydantic_ai_context.policies._summary_block import Zones
 from pydantic_ai_context.policies._summary_plan import step_ends
+from pydantic_ai_context.policies._summary_reading import SummaryLedger
 from pydantic_ai_context.policies.summariser import (
     SUMMARISER_INSTRUCTIONS,
     CircuitBreaker,
@@ -53,10 +54,13 @@ FALLBACK_TEMPLATE: Final = (
 
 class SpanSummaries(Protocol):
     """What both writing a summary and summarising ahead read of the policy: its cache, where
-    spans may end, the size it asks for, the cache key of a span and the chain of cached summaries."""
+    spans may end, the size it asks for, the cache key of a span, the chain of cached summaries
+    and the ledger of what it keeps between compiles."""
 
     @property
     def cache(self) -> SummaryCache: ...
+    @property
+    def ledger(self) -> SummaryLedger: ...
     @property
     def step_messages(self) -> int: ...
     def summary_tokens(self, context: CompileContext, zones: Zones) -> int | None: ...
@@ -119,7 +123,11 @@ class SummaryCalls:
         # Walk the chain of cached incremental summaries as far as it goes, longest link first.
         size = policy.summary_tokens(context, zones)
         start, previous, previous_digest = policy.walk_chain(
-            messages, zones, step_ends(messages, zones, end, policy.step_messages), model, size
+            messages,
+            zones,
+            step_ends(messages, zones, end, policy.step_messages, policy.ledger.cut_points(messages)),
+            model,
+            size,
         )
         covered = zones.log_index(end) - zones.head_log
         if start == end and previous is not None:

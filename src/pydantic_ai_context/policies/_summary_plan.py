@@ -71,9 +71,17 @@ def span_end(
     return max([c for c in cuts if c <= quantised], default=zones.start)
 
 
-def step_ends(messages: Sequence[ModelMessage], zones: Zones, end: int, step_messages: int) -> list[int]:
-    """Every earlier step end between the start and `end`: where cached summaries may stop."""
-    cuts = [c for c in safe_cut_points(messages) if zones.start < c <= end]
+def step_ends(
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    end: int,
+    step_messages: int,
+    cut_points: Sequence[int] | None = None,
+) -> list[int]:
+    """Every earlier step end between the start and `end`: where cached summaries may stop.
+    `cut_points`: `safe_cut_points(messages)`, when known (the policy's reading keeps them)."""
+    every = cut_points if cut_points is not None else safe_cut_points(messages)
+    cuts = every[bisect.bisect_right(every, zones.start) : bisect.bisect_right(every, end)]
     ends: set[int] = set()
     first = (zones.log_index(zones.start) - zones.head_log) // step_messages + 1
     last = (zones.log_index(end) - zones.head_log) // step_messages

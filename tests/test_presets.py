@@ -426,3 +426,29 @@ async def test_a_view_fitted_by_a_drop_is_its_own_view_when_summarising() -> Non
         view = await p.compile(log)
         assert any(drop_record(m) for m in view)
         assert await p.compile(view) == view
+
+
+async def test_a_summary_on_its_way_for_a_span_a_step_reshaped_gives_way_to_a_fresh_one() -> None:
+    """`chat` at 1.5k, a summary made ahead in flight for a span that isolate then reshapes (two
+    finished runs collapse inside it): the request must get the interim view a fresh profile,
+    sharing the cache, compiles (a summary from where the chain stops, its marker), not the
+    unshrunk view over the trigger. Found by the property test above; the history is kept as JSON."""
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    if PYDANTIC_AI_MAJOR < 2:
+        pytest.skip('the kept history is pydantic-ai 2.x JSON')
+    log = ModelMessagesTypeAdapter.validate_json(
+        (Path(__file__).parent / 'data' / 'interim_after_isolate.json').read_bytes()
+    )
+    settings: dict[str, object] = {
+        'reserved_output': 300,
+        'keep_recent': 1,
+        'step': 2,
+        'summary_cache': InMemorySummaryCache(),
+    }
+    live = make('chat', window=1_500, **settings)
+    for end in range(1, len(log) + 1, 2):
+        view = await _compile_or_error(live, log[:end])
+        fresh = make('chat', window=1_500, **settings)
+        assert view == await _compile_or_error(fresh, log[:end]), f'request at message {end}'
+    assert 'being summarised' in repr(view)  # the last request's view is the interim one

@@ -408,6 +408,16 @@ async def instead_of_waiting(
             return None
     start_if_due(policy, messages, zones, model, context)
     interim = _interim(policy, messages, zones, chain, conversation, model, context)
+    if interim is None and _elsewhere(policy, registry.in_flight(conversation), messages, zones, chain):
+        # The summary on its way no longer starts where the chain stops in this view (a step
+        # before this one reshaped the span: isolate collapsed a finished run in it). A fresh
+        # profile would start one from there and show its interim marker: so does this one, or
+        # the view would depend on what is in flight (DESIGN section 1).
+        pending = registry.in_flight(conversation)
+        assert pending is not None and pending.task is not None
+        await cancel([pending.task])
+        start_if_due(policy, messages, zones, model, context)
+        interim = _interim(policy, messages, zones, chain, conversation, model, context)
     if interim is not None:
         return interim
     if over and not policy.ahead_waits:
@@ -415,6 +425,17 @@ async def instead_of_waiting(
     if chain.start > zones.start and chain.previous is not None:
         return chain.start, chain.previous
     return KEEP
+
+
+def _elsewhere(
+    policy: AheadPolicy, pending: Any, messages: Sequence[ModelMessage], zones: Zones, chain: _Chain
+) -> bool:
+    """A summary of this policy is on its way for a span that does not start where the chain stops
+    in this view, or does not end inside it."""
+    if pending is None or pending.task is None or pending.task.done() or pending.policy != policy.name:
+        return False
+    start, end = zones.input_index(pending.start_log), zones.input_index(pending.end_log)
+    return start != chain.start or not start < end < len(messages)
 
 
 def _slot(

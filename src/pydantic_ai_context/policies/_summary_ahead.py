@@ -414,8 +414,8 @@ async def instead_of_waiting(
         # profile would start one from there and show its interim marker: so does this one, or
         # the view would depend on what is in flight (DESIGN section 1).
         pending = registry.in_flight(conversation)
-        assert pending is not None and pending.task is not None
-        await cancel([pending.task])
+        if pending is not None and pending.task is not None:
+            await cancel([pending.task])
         start_if_due(policy, messages, zones, model, context)
         interim = _interim(policy, messages, zones, chain, conversation, model, context)
     if interim is not None:

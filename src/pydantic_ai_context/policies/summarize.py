@@ -500,7 +500,9 @@ def _fitted_by_a_drop(
     return (
         budget is not None
         and zones.start < len(messages)
-        and drop_record(messages[zones.start]) is not None
+        # The note opens the dropped stretch, or is merged into a request of the head (a pinned
+        # first request and the note make one request).
+        and any(drop_record(m) is not None for m in messages[: zones.start + 1])
         and ledger.count(messages, 0, len(messages), context.counter) <= budget.limit
     )
 

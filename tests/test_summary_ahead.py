@@ -489,10 +489,8 @@ def test_a_cancelled_summary_counts_its_prompt_in_the_unit_the_summariser_report
 # --- what the policy keeps from one compile to the next (issue 22) ---------------------------------
 
 
-def test_a_log_digest_is_kept_only_while_the_log_up_to_its_end_is_the_same() -> None:
-    """The summary in flight is checked against the log at every request from digests kept between
-    compiles: a log that differs inside the span (a branch) gets the span's own digest again."""
-    policy = SummarizeWindow()
+def _two_step_logs() -> tuple[list[ModelMessage], list[ModelMessage]]:
+    """A two-step log, and one that differs from it in its second step only."""
     log = (
         History()
         .user('go')
@@ -507,6 +505,14 @@ def test_a_log_digest_is_kept_only_while_the_log_up_to_its_end_is_the_same() -> 
         .step(Tool('cat', {'path': 'x'}, 'six'))
         .build()
     )
+    return log, other
+
+
+def test_a_log_digest_is_kept_only_while_the_log_up_to_its_end_is_the_same() -> None:
+    """The summary in flight is checked against the log at every request from digests kept between
+    compiles: a log that differs inside the span (a branch) gets the span's own digest again."""
+    policy = SummarizeWindow()
+    log, other = _two_step_logs()
     branched = [*log[:3], *other[3:]]
     longer = [*log, *History().step(Tool('cat', {'path': 'c'}, 'three')).build()[1:]]
     with compiling(MemoScope(), log):
@@ -587,20 +593,7 @@ def test_cache_keys_kept_in_the_reading_follow_the_messages() -> None:
     ends past the first changed message (the same generation: a frontier moved over it) gets its
     own key again, one that ends before it keeps the key it had."""
     policy = SummarizeWindow()
-    log = (
-        History()
-        .user('go')
-        .step(Tool('cat', {'path': 'a'}, 'one'))
-        .step(Tool('cat', {'path': 'b'}, 'two'))
-        .build()
-    )
-    other = (
-        History()
-        .user('go')
-        .step(Tool('cat', {'path': 'a'}, 'one'))
-        .step(Tool('cat', {'path': 'x'}, 'six'))
-        .build()
-    )
+    log, other = _two_step_logs()
     changed = [*log[:3], *other[3:]]
     context = CompileContext(counter=HeuristicCounter())
     with compiling(MemoScope(), log):

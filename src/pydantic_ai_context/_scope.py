@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from pydantic_ai.messages import ModelResponse
@@ -360,13 +360,16 @@ def resumed_fold(name: Hashable, messages: Sequence[Any], new: Callable[[], F], 
         fold = new()
         fold.extend(messages)
         return read(fold)
-    order = scope_cache(('fold.order', name))
+    orders = scope_cache(('fold.order', name))
+    order = orders.get(None) if orders is not None else None
+    if order is None and orders is not None:
+        order = orders.setdefault(None, _CallOrder())
     with _FOLDS_LOCK:
         return read(_resume(folds, messages, new, order))
 
 
 def _resume(
-    folds: dict[Any, Any], messages: Sequence[Any], new: Callable[[], F], order: dict[Any, Any] | None = None
+    folds: dict[Any, Any], messages: Sequence[Any], new: Callable[[], F], order: _CallOrder | None = None
 ) -> F:
     if len(messages) < _FOLD_MIN_MESSAGES:
         # Cheap to read whole, and kept out of the folds: resuming a short list from a long fold
@@ -383,8 +386,8 @@ def _resume(
     # A compile calls a fold on the lists of its chain in the same order each time: the fold the
     # n-th call of the previous compile used is tried first, and taken if it is of use; else the
     # others, most recently used first.
-    call = _call_number(order) if order is not None else None
-    hint = order.get(call) if order is not None else None
+    call = order.next_call() if order is not None else -1
+    hint = order.used.get(call) if order is not None else None
     if hint in folds and folds[hint].messages:
         best_same = _shared(folds[hint].messages, messages)
         best, best_key = folds[hint], hint
@@ -419,7 +422,7 @@ def _resume(
             best.truncate(best_same)
     folds[best_key] = best  # most recently used last
     if order is not None:
-        order[call] = best_key
+        order.used[call] = best_key
     best.extend(messages)
     return best
 
@@ -436,13 +439,21 @@ def _shared(read: list[Any], messages: Sequence[Any], *, whole: bool = True) -> 
     return half + equal_prefix_length(read[half:], messages[half:])
 
 
-def _call_number(order: dict[Any, Any]) -> int:
-    """The number of this call of a fold in the running compile (counted in `order`, under `None`)."""
-    compile_id = _COMPILE.get()
-    seen = order.get(None)
-    number = seen[1] + 1 if seen is not None and seen[0] == compile_id else 0
-    order[None] = (compile_id, number)
-    return number
+@dataclass(eq=False)
+class _CallOrder:
+    """The calls of one fold name in a compile, numbered, and the fold each number used last."""
+
+    compile_id: int = 0
+    calls: int = 0
+    used: dict[int, int] = field(default_factory=dict)
+    """The fold key the n-th call of the latest compile used."""
+
+    def next_call(self) -> int:
+        """The number of this call in the running compile (0 for the first)."""
+        compile_id = _COMPILE.get()
+        self.calls = self.calls + 1 if compile_id == self.compile_id else 0
+        self.compile_id = compile_id
+        return self.calls
 
 
 _FOLD_KEYS: Final = itertools.count()

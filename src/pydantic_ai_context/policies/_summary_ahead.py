@@ -427,15 +427,30 @@ async def instead_of_waiting(
     return KEEP
 
 
+def _on_its_way(policy: AheadPolicy, pending: Any) -> bool:
+    """`pending` is a summary of this policy still being written."""
+    return (
+        pending is not None
+        and pending.task is not None
+        and not pending.task.done()
+        and pending.policy == policy.name
+    )
+
+
+def _placed(
+    pending: Any, messages: Sequence[ModelMessage], zones: Zones, chain: _Chain
+) -> tuple[int, int] | None:
+    """The span of `pending` in this view, if it starts where the chain stops and ends inside the view."""
+    start, end = zones.input_index(pending.start_log), zones.input_index(pending.end_log)
+    return (start, end) if start == chain.start and start < end < len(messages) else None
+
+
 def _elsewhere(
     policy: AheadPolicy, pending: Any, messages: Sequence[ModelMessage], zones: Zones, chain: _Chain
 ) -> bool:
     """A summary of this policy is on its way for a span that does not start where the chain stops
     in this view, or does not end inside it."""
-    if pending is None or pending.task is None or pending.task.done() or pending.policy != policy.name:
-        return False
-    start, end = zones.input_index(pending.start_log), zones.input_index(pending.end_log)
-    return start != chain.start or not start < end < len(messages)
+    return _on_its_way(policy, pending) and _placed(pending, messages, zones, chain) is None
 
 
 def _slot(
@@ -470,11 +485,10 @@ def _interim(
         return found
     registry = context.background
     pending = registry.in_flight(conversation) if registry is not None else None
-    if pending is None or pending.task is None or pending.task.done() or pending.policy != policy.name:
+    placed = _placed(pending, messages, zones, chain) if _on_its_way(policy, pending) else None
+    if pending is None or placed is None:
         return None
-    start, end = zones.input_index(pending.start_log), zones.input_index(pending.end_log)
-    if start != chain.start or not start < end < len(messages):
-        return None
+    start, end = placed
     removed = end - start
     line = INTERIM_TEMPLATE.format(n=removed, messages='message is' if removed == 1 else 'messages are')
     facts = _fact_list(context, pending.start_log, pending.end_log, _interim_fact_tokens(context))

@@ -919,3 +919,63 @@ async def test_no_interim_marker_where_the_view_replaces_the_run_history() -> No
         _summary_ahead._reserved(policy, messages, zones, zones.start, zones.previous, model, without) is None
     )
     await registry.close()
+
+
+# --- another event loop ---------------------------------------------------------------------------
+
+
+def test_a_summary_in_flight_on_another_loop_is_restarted_on_the_running_one() -> None:
+    """A sync wrapper keeping one loop per thread: loop 1 started a summary and was left open but
+    idle; the compiles on loop 2 start it again there, and `close_background()` works from loop 2."""
+    p = profile(
+        'long_horizon', context_window=WINDOW, counter=HeuristicCounter(), summary_model=slow_summariser(0.01)
+    )
+    log = growing_log(120)
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        end = first.run_until_complete(until_pending(p, log))
+        (stranded,) = [q.task for q in p._background._pending.values()]
+        assert stranded is not None
+        assert stranded.get_loop() is first
+
+        async def on_the_second_loop() -> list[list[ModelMessage]]:
+            views = []
+            for at in range(end + 2, min(end + 92, len(log) + 1), 2):
+                views.append(await p.compile(log[:at]))
+                await asyncio.sleep(0.02)  # the summariser's time
+            await p.close_background()
+            return views
+
+        views = second.run_until_complete(on_the_second_loop())
+        stats = p._background.stats()
+        assert stats['made'] >= 1  # made on loop 2 ...
+        assert stats['used'] >= 1  # ... and the view used it
+        assert any(has_summary(view) for view in views)
+        assert stats['cancelled'] == 1  # the one stranded on loop 1, reported discarded
+        assert [e for e in p.events if 'another event loop' in e.reason]
+        assert p._background.pending() == 0
+        first.run_until_complete(asyncio.gather(stranded, return_exceptions=True))
+        assert stranded.cancelled()  # loop 1 ran again: its task was cancelled there
+        assert p._background.stats()['cancelled'] == 1  # counted once
+    finally:
+        first.close()
+        second.close()
+
+
+def test_closing_from_another_loop_gives_up_the_summary_in_flight() -> None:
+    p = profile(
+        'long_horizon', context_window=WINDOW, counter=HeuristicCounter(), summary_model=slow_summariser(30)
+    )
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        first.run_until_complete(until_pending(p, growing_log(60)))
+        (stranded,) = [q.task for q in p._background._pending.values()]
+        assert stranded is not None
+        second.run_until_complete(p.close_background())  # raised "attached to a different loop" before
+        assert p._background.pending() == 0
+        assert p._background.stats()['cancelled'] == 1
+        first.run_until_complete(asyncio.gather(stranded, return_exceptions=True))
+        assert stranded.cancelled()  # on its own loop, once that loop ran again
+    finally:
+        first.close()
+        second.close()

@@ -48,6 +48,8 @@ class Pending:
     """The task's own compile context (the prompt's size is noted there before the call)."""
     interim: str = ''
     """The marker an interim view shows for this span until the summary lands (filed in the cache)."""
+    abandoned: bool = False
+    """Its task runs on another event loop than the compiles now do: given up (see `BackgroundSummaries`)."""
 
 
 @dataclass
@@ -68,6 +70,12 @@ class BackgroundSummaries:
 
     A profile owns one (a `ContextSession` its copy's); policies reach it through
     `CompileContext.background`. `stats()` counts what happened.
+
+    A task belongs to the event loop that started it. When the profile is next used on another
+    loop (a sync wrapper keeping one loop per thread, a loop closed since), a summary still in
+    flight on the first is given up: cancelled on its own loop (thread-safely, when that loop is
+    still open), counted as cancelled and reported discarded, so the conversation starts it again
+    on the running loop; `close()` and the others work from any loop.
     """
 
     _pending: dict[str, Pending] = field(default_factory=dict[str, Pending])
@@ -78,6 +86,8 @@ class BackgroundSummaries:
             ('started', 'made', 'used', 'discarded', 'failed', 'cancelled', 'waited'), 0
         )
     )
+    _abandoned: list[asyncio.Task[None]] = field(default_factory=list[asyncio.Task[None]])
+    """Tasks given up on another loop, until they finish (cancelled with the rest at exit)."""
     _prompted: int = 0
     """Tokens of the prompts of the calls made ahead that answered (counted here) ..."""
     _reported: int = 0
@@ -94,19 +104,54 @@ class BackgroundSummaries:
 
     def pending(self) -> int:
         """Summaries in flight."""
+        self._claim()
         return sum(1 for p in self._pending.values() if p.task is not None and not p.task.done())
 
     def in_flight(self, conversation: str) -> Pending | None:
         """The summary started for `conversation` and not yet finished (its task may be done)."""
+        self._claim()
         return self._pending.get(conversation)
 
     def spans(self) -> list[Pending]:
         """The summaries started and not yet finished, for every conversation."""
+        self._claim()
         return list(self._pending.values())
 
     def made(self) -> list[Made]:
         """The summaries made ahead and not yet used."""
         return list(self._made.values())
+
+    def _claim(self) -> None:
+        """Give up the summaries in flight on another event loop than the running one (none runs:
+        nothing to tell)."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        for pending in list(self._pending.values()):
+            task = pending.task
+            if task is not None and task.get_loop() is not running:
+                self._abandon(pending, task)
+        self._abandoned = [task for task in self._abandoned if not task.done()]
+
+    def _abandon(self, pending: Pending, task: asyncio.Task[None]) -> None:
+        if self._pending.get(pending.conversation) is pending:
+            del self._pending[pending.conversation]
+        pending.abandoned = True
+        if task.done():
+            return  # it finished on its loop, whose done callbacks have not run yet: nothing was made
+        loop = task.get_loop()
+        with contextlib.suppress(RuntimeError):  # its loop is closed: nothing runs it any more
+            loop.call_soon_threadsafe(task.cancel)
+        self._abandoned.append(task)
+        self._counts['cancelled'] += 1
+        self._discard(
+            pending.policy,
+            pending.run_id,
+            self._cancelled_input(pending),
+            0,
+            'cancelled: it was being written on another event loop than the compiles now run on',
+        )
 
     def waited(self, seconds: float) -> None:
         """A compile waited `seconds` for a summary in flight."""
@@ -142,6 +187,8 @@ class BackgroundSummaries:
 
     def _finished(self, pending: Pending, task: asyncio.Task[None]) -> None:
         # A done callback, so that a task cancelled before it ever ran is accounted for too.
+        if pending.abandoned:
+            return  # accounted for when it was given up
         if self._pending.get(pending.conversation) is pending:
             del self._pending[pending.conversation]
         if task.cancelled():
@@ -175,6 +222,8 @@ class BackgroundSummaries:
     ) -> None:
         try:
             text, status = await write(context)
+            if pending.abandoned:
+                return  # given up while it was being written (its loop ran on in another thread)
             details = context._details
             calls = int(details.get('summary_calls') or 0)
             tokens_in = int(details.get('summary_input_tokens') or 0)
@@ -231,28 +280,34 @@ class BackgroundSummaries:
 
     async def end_run(self, run_id: str | None) -> None:
         """The run ended: cancel its summary in flight, report its unused summaries as discarded."""
+        self._claim()
         tasks = [p.task for p in self._pending.values() if p.run_id == run_id and p.task is not None]
         await cancel(tasks)
         self._drop_made(run_id, every=False, why='made ahead, unused when its run ended')
 
     async def settle(self) -> None:
         """Wait for every summary in flight to land or fail, cancelling none (a replay's model answer)."""
+        self._claim()
         live = [p.task for p in self._pending.values() if p.task is not None and not p.task.done()]
         if live:
             await asyncio.gather(*live, return_exceptions=True)
 
     async def close(self) -> None:
         """Cancel every summary in flight and report every unused one as discarded (session close, replay end)."""
+        self._claim()
         await cancel([p.task for p in self._pending.values() if p.task is not None])
         self._drop_made(None, every=True, why='made ahead, never used')
 
     def cancel_now(self) -> None:
         """Cancel every task without waiting (the profile was garbage-collected, the interpreter exits)."""
-        for pending in list(self._pending.values()):
-            task = pending.task
-            if task is not None and not task.done():
+        for task in [p.task for p in self._pending.values() if p.task is not None]:
+            if not task.done():
                 with contextlib.suppress(RuntimeError):  # its loop is closed: nothing runs it any more
                     task.cancel()
+        for task in self._abandoned:
+            if not task.done():
+                with contextlib.suppress(RuntimeError):
+                    task.get_loop().call_soon_threadsafe(task.cancel)
 
     def used(self, text: str, context: CompileContext) -> None:
         """The summary `text` is in the view: if it was made ahead, note its usage on this compile."""
@@ -283,7 +338,7 @@ def _cancel_at_exit() -> None:
     """No summary task is left pending at interpreter exit: cancel them and let their loop finish them."""
     for registry in list(_REGISTRIES):
         tasks = [p.task for p in registry._pending.values() if p.task is not None and not p.task.done()]
-        for task in tasks:
+        for task in [*tasks, *(t for t in registry._abandoned if not t.done())]:
             loop = task.get_loop()
             with contextlib.suppress(RuntimeError):
                 task.cancel()

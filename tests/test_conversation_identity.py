@@ -229,3 +229,21 @@ def test_first_conversation_id_resumed_between_compiles_equals_a_fresh_scan() ->
     with compiling(MemoScope(), log):  # one fold only: what it read past the branch is undone
         for messages in (named[:-1], log[:-1], named[:-1], later[:-1]):
             assert first_conversation_id(messages) == fresh(messages)
+
+
+async def test_the_conversations_told_apart_without_an_id_are_bounded() -> None:
+    """Per-conversation state stops growing at the archive's cap; within it, reading back is unchanged."""
+    p = coding()
+    p.archive.max_conversations = 5
+    chats = [from_openai(chat(f'question {k}', f'SECRET{k} password=hunter{k}', n=4)) for k in range(12)]
+    views = []
+    for k, log in enumerate(chats):
+        views.append(await p.compile(log))
+        assert len(p.archive._lineages) == min(k + 1, 5)  # growth stops at the cap
+    # The 5 most recently compiled read their own originals back, as without a cap.
+    for k in range(7, 12):
+        assert f'SECRET{k}' in await try_search(f'SECRET{k} password', views[k], p)
+    # One forgotten: its log is a new conversation, whose originals the reader no longer reaches.
+    assert p.archive.conversation_of(chats[0]) is None
+    with pytest.raises(ValueError, match='max_conversations'):
+        ContextArchive(max_conversations=0)

@@ -42,6 +42,9 @@ _LINEAGES_PER_KEY: Final = 64
 """Conversations without an id that open alike, told apart per opening (the oldest forgotten first)."""
 _STATES_PER_LINEAGE: Final = 4
 """The latest logs and views of one such conversation that a later log or view must continue."""
+DEFAULT_MAX_CONVERSATIONS: Final = 2_048
+"""How many openings of conversations without an id an archive tells apart by default (see
+`ContextArchive.max_conversations`)."""
 
 
 @runtime_checkable
@@ -194,6 +197,12 @@ class ContextArchive:
     carries no id (converted from another format), by its lineage: the logs and views compiled
     before that it continues. A log that continues no lineage, or several, reads no originals.
 
+    The lineages are per-conversation state, so they are bounded: `max_conversations` openings
+    (default 2,048, settable), the least recently compiled forgotten first. A conversation
+    forgotten that way is a new one the next time it is compiled (the originals kept for it stay
+    in the store, but its readers no longer reach them); within the cap, nothing changes. The
+    entries themselves are bounded by the store (`MemoryReadbackStore(max_chars=...)`).
+
     Example:
         ```python
         from pydantic_ai.messages import ToolReturnPart
@@ -207,11 +216,21 @@ class ContextArchive:
         ```
     """
 
-    def __init__(self, store: ReadbackStore | None = None, *, conversation: str | None = None) -> None:
+    def __init__(
+        self,
+        store: ReadbackStore | None = None,
+        *,
+        conversation: str | None = None,
+        max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
+    ) -> None:
+        if max_conversations < 1:
+            raise ValueError(f'max_conversations must be at least 1, got {max_conversations}')
         self.store: ReadbackStore = store if store is not None else MemoryReadbackStore()
         self.conversation = conversation
         """The one conversation every entry belongs to (a `ContextSession`'s id), or `None`: per log."""
-        self._lineages: dict[str, list[_Lineage]] = {}
+        self.max_conversations = max_conversations
+        """How many openings of conversations without an id are told apart (least recently compiled forgotten first)."""
+        self._lineages: collections.OrderedDict[str, list[_Lineage]] = collections.OrderedDict()
         self._lineage_ids = itertools.count(1)
         self._fingerprints: ObjectMemo[bytes] = ObjectMemo(max_bytes=8 * 1024 * 1024)
         self._written: collections.OrderedDict[str, None] = collections.OrderedDict()
@@ -265,7 +284,15 @@ class ContextArchive:
         # No id: the opening names candidates, the lineage says which of them this log continues.
         key = conversation_key(messages)
         fingerprints = self._fingerprints_of(messages)
-        lineages = self._lineages.setdefault(key, [])
+        lineages = self._lineages.get(key)
+        if lineages is None:
+            if not compiling:
+                return None
+            lineages = self._lineages[key] = []
+            while len(self._lineages) > max(1, self.max_conversations):
+                self._lineages.popitem(last=False)
+        elif compiling:
+            self._lineages.move_to_end(key)
         matches = [lineage for lineage in lineages if lineage.continues(fingerprints)]
         if len(matches) == 1:
             found = matches[0]

@@ -27,6 +27,8 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from . import _registry, registry
+from ._markers import conversation_identity
+from ._offload import warm_off_loop
 from ._scope import MemoScope, compiling
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
 from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
@@ -236,6 +238,7 @@ class ContextProfile(AbstractCapability[Any]):
         run_id = getattr(ctx, 'run_id', None) if ctx is not None else None
         compile_id = self._events_room.next_id()
         counter = self.counter_for(model)
+        await _warm_off_loop(self, counter, messages, ctx, conversation)
         # Inside the compile's scope: what is measured of the log (the newest instructions, the
         # archive's lineage fingerprints) resumes from what was measured of the previous one.
         with compiling(self._scope, messages) as generation:
@@ -561,3 +564,19 @@ def _no_room(
             f'output ({reserved_output:,}) leave no room for messages in {window_text}'
         ),
     )
+
+
+async def _warm_off_loop(
+    profile: ContextProfile,
+    counter: TokenCounter,
+    messages: Sequence[ModelMessage],
+    ctx: Any,
+    conversation: str | None,
+) -> None:
+    """Measure large new content in a worker thread before the steps (see `_offload`), with the
+    archive's fingerprints where the compile will fingerprint the log (no id names its conversation)."""
+    also: Callable[[ModelMessage], Any] | None = None
+    named = conversation is not None or profile.archive.conversation is not None
+    if profile.readback and not named and conversation_identity(messages, ctx) is None:
+        also = profile.archive._fingerprint
+    await warm_off_loop(counter, messages, also=also)

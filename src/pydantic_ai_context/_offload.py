@@ -1,0 +1,89 @@
+"""Heavy work off the event loop: what a compile would measure of new content, measured in a worker thread first.
+
+A compile is `async`, but its steps are synchronous Python on the loop thread. Most of a steady
+compile is small (the folds resume from the previous one), but measuring *new* content is not:
+tokenising a 30 MB tool result, or every message of a long log read for the first time, holds the
+loop for seconds, and every other conversation on it waits (DESIGN invariant 13).
+
+`warm_off_loop` runs before the steps. It finds the newest messages the token counter has not
+counted (walking back from the end to the first it has: at a steady compile, the one or two a run
+just added) and, when their text is at least `OFFLOAD_CHARS` characters, counts them in a worker
+thread (`asyncio.to_thread`; tiktoken releases the GIL while it encodes), per message and per
+part (what the compaction frontier weighs), together with the read-back archive's fingerprints.
+All are memoised per object, so the steps that follow find them and measure nothing again: the
+view is the same either way, only where the work ran differs. Smaller new content is measured on
+the loop as before (a thread hop costs more than it saves).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from pydantic_ai.messages import ModelMessage
+
+from . import _parts
+from .policies._frontier import part_text_tokens
+from .tokens import TokenCounter, _MessageCounter
+
+__all__ = ('OFFLOAD_CHARS', 'new_messages', 'warm_off_loop')
+
+OFFLOAD_CHARS: Final = 200_000
+"""New text (characters) from which a compile measures it in a worker thread: about 50 ms of
+tokenising on one core, the most a compile holds its loop for at a time by design."""
+
+
+def new_messages(counter: _MessageCounter, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """The newest messages `counter` has not counted, oldest first (the tail after the last it has)."""
+    memo = counter._memo
+    found: list[ModelMessage] = []
+    for message in reversed(messages):
+        if memo.get(message) is not None:
+            break
+        found.append(message)
+    found.reverse()
+    return found
+
+
+def _large(messages: Sequence[ModelMessage], threshold: int) -> bool:
+    """Whether the text of `messages` has at least `threshold` characters (newest first, stopping there)."""
+    total = 0
+    for message in reversed(messages):
+        for part in message.parts:
+            total += len(_parts.part_text(part))
+        instructions = getattr(message, 'instructions', None)
+        if instructions:
+            total += len(instructions)
+        if total >= threshold:
+            return True
+    return False
+
+
+def _measure(
+    counter: _MessageCounter, messages: Sequence[ModelMessage], also: Callable[[ModelMessage], Any] | None
+) -> None:
+    for message in messages:
+        counter._entry(message)
+        for part in message.parts:  # what `compaction_frontier` weighs, counted per part
+            part_text_tokens(part, counter)
+        if also is not None:
+            also(message)
+
+
+async def warm_off_loop(
+    counter: TokenCounter,
+    messages: Sequence[ModelMessage],
+    *,
+    also: Callable[[ModelMessage], Any] | None = None,
+    threshold: int | None = None,
+) -> bool:
+    """Count the new messages of `messages` in a worker thread when their text is large; `also` is
+    called on each there too (the archive's fingerprint). Whether it ran off the loop."""
+    if not isinstance(counter, _MessageCounter) or not messages:
+        return False
+    fresh = new_messages(counter, messages)
+    if not fresh or not _large(fresh, OFFLOAD_CHARS if threshold is None else threshold):
+        return False
+    await asyncio.to_thread(_measure, counter, fresh, also)
+    return True

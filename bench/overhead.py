@@ -1,11 +1,19 @@
 """Compile-time overhead of every preset on synthetic histories of 1,000, 5,000 and 20,000 messages.
 
-Usage: `python bench/overhead.py [--sizes 1000 5000 20000] [--requests 30] [--profile NAME ...]
+Usage: `python bench/overhead.py [--sizes 1000 5000 20000] [--requests 30] [--profile NAME ...] [--shape SHAPE ...]
 [--window 128000 --window 32000] [--adversarial-kb 100 250 500 1000 2000 5000] [--adversarial-window 32000]
 [--memory 5000]`
 (an empty `--sizes` or `--adversarial-kb` skips that table)
 
-The synthetic history is a long coding-agent run: a shell tool, an editor that views and re-views a
+Every size is timed on each history shape (`--shape`, default all): `tool-loop`, the synthetic
+history below; `chat-tools`, a chat with a tool-using assistant (a user turn every 8 tool rounds,
+each run ending with a text answer); `long-notes`, a tool loop with about 700 tokens of model text
+in every response; `observations`, mini-swe-agent style (the command in the model's text, the
+output as a user prompt, no tool calls); `interleaved`, four `chat-tools` conversations of a
+quarter of the size each, compiled in turn through one profile (each timed request compiles every
+one of them once more).
+
+The `tool-loop` history is a long coding-agent run: a shell tool, an editor that views and re-views a
 set of files, and a `think` tool, with large outputs (13 kB per shell or editor return, so about 28 MB
 of text at 5,000 messages) that carry file paths and error lines. For each size, window and preset
 the benchmark compiles the log without its last `--requests` steps once (the first compile: cold),
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import random
 import statistics
@@ -115,6 +124,110 @@ def synthetic_history(n_messages: int, *, output_chars: int = OUTPUT_CHARS) -> l
     return messages
 
 
+def chat_with_tools_history(
+    n_messages: int, *, output_chars: int = OUTPUT_CHARS, rounds: int = 8
+) -> list[ModelMessage]:
+    """A chat with a tool-using assistant: a user turn every `rounds` tool rounds, each run ending
+    with a text answer (about 300 finished runs at 5,000 messages)."""
+    messages: list[ModelMessage] = [
+        ModelRequest(
+            parts=[
+                SystemPromptPart('You are a helpful assistant with a shell and an editor in /repo.'),
+                UserPromptPart('Help me fix the failing tests in src/pkg, one module at a time.'),
+            ]
+        )
+    ]
+    step = run = 0
+    while len(messages) < n_messages - 1:
+        if step and step % rounds == 0:
+            if len(messages) >= n_messages - 3:
+                break
+            messages.append(ModelResponse(parts=[TextPart(f'Run {run}: module_{run % FILES}.py is fixed.')]))
+            run += 1
+            messages.append(
+                ModelRequest(parts=[UserPromptPart(f'Thanks. Now look at module_{run % FILES}.py, please.')])
+            )
+        messages.extend(
+            _tool_round(step, output_chars, note=f'Step {step}: checking module_{step % FILES}.py.')
+        )
+        step += 1
+    return messages
+
+
+def long_notes_history(n_messages: int, *, output_chars: int = OUTPUT_CHARS // 4) -> list[ModelMessage]:
+    """A tool loop whose every response carries a long model note (about 700 tokens)."""
+    messages: list[ModelMessage] = [
+        ModelRequest(
+            parts=[
+                SystemPromptPart('You are a research agent working in /repo.'),
+                UserPromptPart('Audit the parser in src/pkg and write up every risk you find.'),
+            ]
+        )
+    ]
+    step = 0
+    while len(messages) < n_messages - 1:
+        note = ' '.join(
+            f'Step {step}, point {i}: the parser in module_{(step + i) % FILES}.py accepts token {step * 7 + i} '
+            f'without checking its width, so a long input may overflow the buffer.'
+            for i in range(22)
+        )
+        messages.extend(_tool_round(step, output_chars, note=note))
+        step += 1
+    return messages
+
+
+def observations_history(n_messages: int, *, output_chars: int = OUTPUT_CHARS // 4) -> list[ModelMessage]:
+    """A mini-swe-agent style loop: the model writes a command in its text, the observation comes
+    back as a user prompt (no tool calls at all)."""
+    messages: list[ModelMessage] = [
+        ModelRequest(
+            parts=[
+                SystemPromptPart('You are a software engineer. Reply with one bash command in a block.'),
+                UserPromptPart('Fix the failing test in src/pkg/core.py.'),
+            ]
+        )
+    ]
+    step = 0
+    while len(messages) < n_messages - 1:
+        path = f'/repo/src/pkg/module_{step % FILES}.py'
+        command = f'python -m pytest tests/test_{step % FILES}.py -x -q' if step % 2 else f'cat -n {path}'
+        output = _pytest_output(step, output_chars) if step % 2 else _file_view(path, output_chars)
+        messages.append(
+            ModelResponse(
+                parts=[TextPart(f'THOUGHT: step {step}, checking {path}.\n```bash\n{command}\n```')]
+            )
+        )
+        messages.append(
+            ModelRequest(parts=[UserPromptPart(f'<returncode>0</returncode>\n<output>\n{output}\n</output>')])
+        )
+        step += 1
+    return messages
+
+
+def _tool_round(step: int, output_chars: int, *, note: str) -> list[ModelMessage]:
+    call_id = f'call_{step:06d}'
+    path = f'/repo/src/pkg/module_{step % FILES}.py'
+    if step % 2:
+        name, args = 'execute_bash', {'command': f'python -m pytest tests/test_{step % FILES}.py -x -q'}
+        output = _pytest_output(step, output_chars)
+    else:
+        name, args = 'str_replace_editor', {'command': 'view', 'path': path}
+        output = _file_view(path, output_chars)
+    return [
+        ModelResponse(parts=[TextPart(note), ToolCallPart(name, args, tool_call_id=call_id)]),
+        ModelRequest(parts=[ToolReturnPart(name, output, tool_call_id=call_id)]),
+    ]
+
+
+SHAPES = {
+    'tool-loop': synthetic_history,
+    'chat-tools': chat_with_tools_history,
+    'long-notes': long_notes_history,
+    'observations': observations_history,
+}
+"""Every shape of history the matrix times (`interleaved` is four `chat-tools` logs through one profile)."""
+
+
 def _pytest_output(step: int, chars: int) -> str:
     lines = [f'tests/test_{step % FILES}.py::test_case_{i} PASSED' for i in range(40)]
     lines += [
@@ -150,25 +263,40 @@ def stub_summariser() -> FunctionModel:
 
 
 async def measure(
-    log: Sequence[ModelMessage], name: str, *, requests: int, window: int, counter: TiktokenCounter
+    log: Sequence[ModelMessage] | Sequence[Sequence[ModelMessage]],
+    name: str,
+    *,
+    requests: int,
+    window: int,
+    counter: TiktokenCounter,
 ) -> dict[str, float]:
+    """Time one cold compile, then `requests` steady ones. `log` may be several logs (a list of
+    lists): they go through one profile in turn, each request compiling every log once more."""
+    logs: list[Sequence[ModelMessage]] = (
+        [list(x) for x in log] if log and isinstance(log[0], list) else [log]  # type: ignore[list-item]
+    )
     if name == 'transparent':
         # It does not compact, so over the window it raises (check_budget): give it a window the
         # whole log fits (twice its characters bounds its tokens; counting here would warm the
         # counter and flatter the cold compile), and measure the window check with the rest.
-        window = max(window, 2 * sum(len(_text(m)) for m in log))
+        window = max(window, max(2 * sum(len(_text(m)) for m in one) for one in logs))
     compiled = profile(name, context_window=window, counter=counter, summary_model=stub_summariser())
-    ends = [len(log) - 2 * k for k in range(requests, -1, -1) if len(log) - 2 * k > 0]
-    started, cpu = time.perf_counter(), time.process_time()
-    await compiled.compile(log[: ends[0]])
-    cold, cold_cpu = (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000
+    ends = [[len(one) - 2 * k for k in range(requests, -1, -1) if len(one) - 2 * k > 0] for one in logs]
+    cold = cold_cpu = 0.0
+    for one, its_ends in zip(logs, ends, strict=True):
+        started, cpu = time.perf_counter(), time.process_time()
+        await compiled.compile(one[: its_ends[0]])
+        cold += (time.perf_counter() - started) * 1000
+        cold_cpu += (time.process_time() - cpu) * 1000
     times: list[float] = []
     cpu_times: list[float] = []
-    for end in ends[1:]:
-        started, cpu = time.perf_counter(), time.process_time()
-        await compiled.compile(log[:end])
-        times.append((time.perf_counter() - started) * 1000)
-        cpu_times.append((time.process_time() - cpu) * 1000)
+    for at in range(1, min(len(e) for e in ends)):
+        for one, its_ends in zip(logs, ends, strict=True):
+            started, cpu = time.perf_counter(), time.process_time()
+            await compiled.compile(one[: its_ends[at]])
+            times.append((time.perf_counter() - started) * 1000)
+            cpu_times.append((time.process_time() - cpu) * 1000)
+    await compiled.close_background()
     times = times or [cold]
     cpu_times = cpu_times or [cold_cpu]
     return {
@@ -181,6 +309,25 @@ async def measure(
         'p95_cpu_ms': percentile(cpu_times, 95),
         'max_cpu_ms': max(cpu_times),
     }
+
+
+def shape_logs(shape: str, size: int) -> list[ModelMessage] | list[list[ModelMessage]]:
+    """The history (or histories) of `size` messages in all for `shape`."""
+    if shape != 'interleaved':
+        return SHAPES[shape](size)
+    logs: list[list[ModelMessage]] = []
+    for k in range(4):
+        one = chat_with_tools_history(size // 4)
+        first = one[0]
+        assert isinstance(first, ModelRequest)
+        parts = [
+            dataclasses.replace(part, content=f'User {k}: {part.content}')
+            if isinstance(part, UserPromptPart)
+            else part
+            for part in first.parts
+        ]
+        logs.append([dataclasses.replace(first, parts=parts), *one[1:]])
+    return logs
 
 
 def adversarial_output(kind: str, chars: int, *, seed: int) -> str:
@@ -342,6 +489,12 @@ async def main(argv: Sequence[str] | None = None) -> int:
         '--sizes', type=int, nargs='*', default=list(SIZES), help='history sizes (none: skip)'
     )
     parser.add_argument('--requests', type=int, default=REQUESTS, help='timed compiles per size and preset')
+    parser.add_argument(
+        '--shape',
+        action='append',
+        choices=[*SHAPES, 'interleaved'],
+        help='history shape(s) (default: every shape)',
+    )
     parser.add_argument('--profile', action='append', help='preset(s) (default: every preset)')
     parser.add_argument(
         '--window', type=int, action='append', help='context window(s) (default: 128k and 32k)'
@@ -370,6 +523,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
         title_justify='left',
     )
     columns = (
+        'shape',
         'messages',
         'MB',
         'window',
@@ -385,39 +539,49 @@ async def main(argv: Sequence[str] | None = None) -> int:
     )
     for column in columns:
         table.add_column(column, justify='left' if column == 'profile' else 'right')
-    for size in args.sizes:
-        log = synthetic_history(size)
-        # The log is long-lived in a real process too; freezing it keeps full collections of the
-        # large fixture (pauses of 100+ ms, unrelated to compiling) out of the p95.
-        gc.collect()
-        gc.freeze()
-        megabytes = sum(len(_text(m)) for m in log) / 1e6
-        for window in windows:
-            # One counter per size and window: its per-message memo is warm after the first compile, as in a run.
-            counter = TiktokenCounter()
-            for name in names:
-                row = await measure(log, name, requests=args.requests, window=window, counter=counter)
-                table.add_row(
-                    f'{len(log):,}',
-                    f'{megabytes:.1f}',
-                    f'{window // 1000}k',
-                    name,
-                    f'{row["cold_ms"]:,.0f}',
-                    f'{row["cold_cpu_ms"]:,.0f}',
-                    f'{row["median_ms"]:.1f}',
-                    f'{row["p95_ms"]:.1f}',
-                    f'{row["max_ms"]:.1f}',
-                    f'{row["median_cpu_ms"]:.1f}',
-                    f'{row["p95_cpu_ms"]:.1f}',
-                    f'{row["max_cpu_ms"]:.1f}',
-                )
-                # Progress on stderr: the whole table comes at the end.
-                print(
-                    size, window, name, {k: round(v, 1) for k, v in row.items()}, file=sys.stderr, flush=True
-                )
-        del log
-        gc.unfreeze()
-        gc.collect()
+    shapes = args.shape or [*SHAPES, 'interleaved']
+    for shape in shapes:
+        for size in args.sizes:
+            log = shape_logs(shape, size)
+            # The log is long-lived in a real process too; freezing it keeps full collections of the
+            # large fixture (pauses of 100+ ms, unrelated to compiling) out of the p95.
+            gc.collect()
+            gc.freeze()
+            flat = [m for one in log for m in one] if shape == 'interleaved' else log
+            megabytes = sum(len(_text(m)) for m in flat) / 1e6  # type: ignore[arg-type]
+            for window in windows:
+                # One counter per size and window: its per-message memo is warm after the first compile, as in a run.
+                counter = TiktokenCounter()
+                for name in names:
+                    row = await measure(log, name, requests=args.requests, window=window, counter=counter)
+                    table.add_row(
+                        shape,
+                        f'{len(flat):,}',
+                        f'{megabytes:.1f}',
+                        f'{window // 1000}k',
+                        name,
+                        f'{row["cold_ms"]:,.0f}',
+                        f'{row["cold_cpu_ms"]:,.0f}',
+                        f'{row["median_ms"]:.1f}',
+                        f'{row["p95_ms"]:.1f}',
+                        f'{row["max_ms"]:.1f}',
+                        f'{row["median_cpu_ms"]:.1f}',
+                        f'{row["p95_cpu_ms"]:.1f}',
+                        f'{row["max_cpu_ms"]:.1f}',
+                    )
+                    # Progress on stderr: the whole table comes at the end.
+                    print(
+                        shape,
+                        size,
+                        window,
+                        name,
+                        {k: round(v, 1) for k, v in row.items()},
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            del log, flat
+            gc.unfreeze()
+            gc.collect()
     if args.sizes:
         console.print(table)
     if args.adversarial_kb:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import threading
+from pathlib import Path
+from typing import Any
 
 import pytest
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, UserPromptPart
 
 from pydantic_ai_context import HeuristicCounter, _offload, profile
 from pydantic_ai_context._offload import new_messages, warm_off_loop
+from pydantic_ai_context.integrity import validate_view
 
 from .builders import History, Tool, long_text
 
@@ -59,3 +64,29 @@ async def test_small_new_content_stays_on_the_loop() -> None:
     assert await warm_off_loop(counter, log) is True
     assert new_messages(counter, log) == []  # counted: the steps find it measured
     assert await warm_off_loop(counter, log) is False
+
+
+def overhead_bench() -> Any:
+    path = Path(__file__).resolve().parents[1] / 'bench' / 'overhead.py'
+    spec = importlib.util.spec_from_file_location('overhead_bench', path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault('overhead_bench', module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize('shape', ['tool-loop', 'chat-tools', 'long-notes', 'observations', 'interleaved'])
+def test_every_shape_the_overhead_benchmark_times_is_a_valid_history_of_its_size(shape: str) -> None:
+    bench = overhead_bench()
+    logs = bench.shape_logs(shape, 200)
+    logs = logs if shape == 'interleaved' else [logs]
+    assert abs(sum(len(log) for log in logs) - 200) <= 4
+    for log in logs:
+        validate_view(log)  # raises on an invalid history
+    if shape == 'chat-tools':  # a user turn every 8 rounds: many finished runs
+        prompts = [m for m in logs[0] if any(isinstance(p, UserPromptPart) for p in m.parts)]
+        assert len(prompts) >= 200 // 18
+    if shape == 'interleaved':  # four conversations, told apart by their opening
+        assert len({str(log[0]) for log in logs}) == 4

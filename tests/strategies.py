@@ -82,12 +82,18 @@ REMINDERS = (
 
 @st.composite
 def histories(
-    draw: st.DrawFn, *, max_runs: int = 3, max_steps: int = 6, in_progress: bool | None = None
+    draw: st.DrawFn,
+    *,
+    max_runs: int = 3,
+    max_steps: int = 6,
+    in_progress: bool | None = None,
+    long_texts: bool = False,
 ) -> list[ModelMessage]:
     """A well-formed log: runs of user prompt, tool steps (parallel calls, retries, thinking), answers.
 
     When `in_progress` (default: drawn), the last run stops at a request with tool results,
-    as a view looks right before a model request inside a run.
+    as a view looks right before a model request inside a run. With `long_texts`, a response's
+    text may be a long model note (up to about 700 tokens), as a research agent writes.
     """
     stamp = draw(st.booleans())
     n_runs = draw(st.integers(1, max_runs))
@@ -111,7 +117,18 @@ def histories(
             head: list[Any] = []
             if draw(st.booleans()):
                 head.append(ThinkingPart(draw(texts)))
-            if draw(st.booleans()):
+            if long_texts and draw(st.booleans()):
+                sentences = draw(st.integers(5, 60))
+                path = draw(st.sampled_from(PATHS))
+                head.append(
+                    TextPart(
+                        ' '.join(
+                            f'Note {i}: {path} reads its input at line {i} unchecked.'
+                            for i in range(sentences)
+                        )
+                    )
+                )
+            elif draw(st.booleans()):
                 head.append(TextPart('Let me look. ' + draw(texts)))
             messages.append(ModelResponse(parts=[*head, *calls], **rid))
             results = []

@@ -282,7 +282,14 @@ async def _compile_or_error(p: ContextProfile, log: list[ModelMessage]) -> list[
 
 @pytest.mark.parametrize('name', PRESETS)
 @PROPS
-@given(log=histories(max_runs=3, max_steps=10, in_progress=True), data=st.data())
+@given(
+    log=st.one_of(
+        histories(max_runs=3, max_steps=10, in_progress=True),
+        # Many finished runs, long model notes, user prompts inside a run (reminders).
+        histories(max_runs=8, max_steps=4, in_progress=True, long_texts=True),
+    ),
+    data=st.data(),
+)
 async def test_state_kept_between_compiles_gives_fresh_views_in_any_order(
     name: str, log: list[ModelMessage], data: st.DataObject
 ) -> None:

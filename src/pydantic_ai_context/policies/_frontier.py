@@ -29,7 +29,7 @@ from pydantic_ai_context import _parts
 from pydantic_ai_context._memo import PART_FIELDS, PINNED_FIELDS, ObjectMemo
 from pydantic_ai_context._scope import resumed_fold, scope_text_memo
 from pydantic_ai_context.budget import ContextBudget
-from pydantic_ai_context.tokens import TokenCounter
+from pydantic_ai_context.tokens import TokenCounter, _MessageCounter
 from pydantic_ai_context.views import CompileContext
 
 __all__ = (
@@ -57,7 +57,10 @@ def counter_key(counter: TokenCounter) -> Hashable:
 
 
 def _count_text(counter: TokenCounter, text: str) -> int:
-    return counter.count_text(text) if text else 0
+    if not text:
+        return 0
+    # The counter's own memo by text (a part the frontier weighs is often one it has counted).
+    return counter._text_tokens(text) if isinstance(counter, _MessageCounter) else counter.count_text(text)
 
 
 def part_text_tokens(part: Any, counter: TokenCounter) -> int:

@@ -174,6 +174,34 @@ def test_replay_multi_history_file_with_a_compacting_profile(
     assert results['test_masking']['input_tokens'] < results['none']['input_tokens']
 
 
+def test_replay_reports_the_cache_breaks_and_the_perfect_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_json = tmp_path / 'out.json'
+    log = write_log(tmp_path / 'log.json', small_log())
+    assert main(['replay', str(log), '-p', 'test_masking', '--window', '50000', '--json', str(out_json)]) == 0
+    printed = capsys.readouterr().out
+    for column in ('cached', 'breaks/100', 'perfect cache'):
+        assert column in printed
+    document = json.loads(out_json.read_text())
+    (entry,) = document['histories']
+    results = {r['profile']: r for r in entry['results']}
+    masked, none = results['test_masking'], results['none']
+    breaks = sum(r['prefix_break'] for r in masked['records'])
+    assert breaks > 0, 'masking an old result rewrites the prefix'
+    assert masked['prefix_breaks'] == breaks
+    assert masked['breaks_per_100'] == pytest.approx(100 * breaks / masked['requests'])
+    assert none['prefix_breaks'] == 0
+    assert masked['perfect_cache_cost'] < masked['cost']
+    rows = {row['profile']: row for row in document['summary']}
+    assert rows['test_masking']['breaks_per_100'] == pytest.approx(masked['breaks_per_100'])
+    assert rows['test_masking']['perfect_cost_ratio'] == pytest.approx(
+        masked['perfect_cache_cost'] / none['cost']
+    )
+    assert rows['test_masking']['cached_share'] == pytest.approx(masked['cached_share'])
+    assert rows['none']['perfect_cost_ratio'] == pytest.approx(1.0)
+
+
 # --- errors -----------------------------------------------------------------------------------
 
 

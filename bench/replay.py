@@ -408,7 +408,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 async def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    console = Console(width=170)
+    console = Console(width=200)
     windows = args.window or list(WINDOWS)
     names = args.profile or [n for n in available_profiles() if n != 'transparent']
     if args.transparent and 'transparent' not in names:

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest docs bench install clean
+.PHONY: demo test lint typecheck pytest docs bench bench-report install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,21 @@ bench: $(STAMP) $(BENCH_BIN)/python
 	$(BENCH_BIN)/python bench/summary_facts.py
 	$(BENCH_BIN)/python bench/readback.py
 	$(BIN)/python bench/overhead.py
+
+# The benchmarks page's tables and charts (docs/benchmarks.md, docs/assets/benchmarks-*.svg), from
+# fresh replays: the shared runs with the harness baselines, the held-out runs, clamp_fresh.
+OPTIONS := --profile chat --profile 'chat(clamp_fresh=True)' --profile coding \
+	--profile 'coding(clamp_fresh=True)' --profile long_horizon --profile 'long_horizon(clamp_fresh=True)'
+
+bench-report: $(STAMP) $(BENCH_BIN)/python
+	$(BENCH_BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	mkdir -p bench/out
+	$(BENCH_BIN)/python bench/replay.py --json bench/out/shared.json > bench/out/shared.txt
+	$(BENCH_BIN)/python bench/replay.py bench/heldout --json bench/out/heldout.json > bench/out/heldout.txt
+	$(BENCH_BIN)/python bench/replay.py --no-harness --window 32000 --window 16000 $(OPTIONS) \
+		--json bench/out/options.json > bench/out/options.txt
+	$(BIN)/python bench/report.py --shared bench/out/shared.json --heldout bench/out/heldout.json \
+		--options bench/out/options.json
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) site .pytest_cache .mypy_cache .ruff_cache

@@ -28,7 +28,11 @@ compacted history from one request to the next, as a real run would.
 
 Numbers per file and window: input tokens, cache-weighted cost (uncached x1.0, cached x0.1,
 summariser input x1.0 and output x4.0), its ratio to `none`, the cached share of input tokens,
-peak view tokens, requests over the window, fact retention, needed-fact retention, model texts kept
+prefix breaks per 100 requests (requests whose view does not begin with the whole previous view: see
+`RequestRecord.prefix_break`), the perfect-cache cost (what the same views would cost if the cache
+never broke: each request's tokens up to the previous request's size cached, only what it appends
+uncached; its ratio to `none` is the floor for those view sizes), peak view tokens, requests over
+the window, fact retention, needed-fact retention, model texts kept
 (the share of the agent's own earlier texts, response `TextPart`s of 40+ characters, that the view
 shows verbatim: see `pydantic_ai_context._model_texts`), summariser
 calls, the requests whose view had steps dropped by `fit_to_budget` and those whose view held a
@@ -237,6 +241,8 @@ def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
         'cost',
         'ratio',
         'cached',
+        'breaks/100',
+        'perfect',
         'peak',
         'over',
         'facts',
@@ -257,6 +263,8 @@ def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
             f'{result.cost:,.0f}',
             f'{result.ratio_to(base):.3f}',
             _pct(result.cached_share),
+            f'{result.breaks_per_100:.1f}',
+            f'{result.perfect_cache_cost / base.cost:.3f}',
             f'{result.peak_view_tokens:,}',
             f'{result.requests_over_window}' + (f' ({result.errors} err)' if result.errors else ''),
             _pct(result.fact_retention),
@@ -295,6 +303,13 @@ def summary_rows(all_results: dict[str, dict[int, dict[str, ReplayResult]]]) -> 
                     'errors': sum(res.errors for res, _ in pairs),
                     'requests': sum(res.requests for res, _ in pairs),
                     'cached_share': statistics.fmean(res.cached_share for res, _ in pairs),
+                    'prefix_breaks': sum(res.prefix_breaks for res, _ in pairs),
+                    'breaks_per_100': 100
+                    * sum(res.prefix_breaks for res, _ in pairs)
+                    / max(1, sum(res.requests for res, _ in pairs)),
+                    'perfect_cost_ratio': geometric_mean(
+                        res.perfect_cache_cost / base.cost for res, base in pairs
+                    ),
                     'summary_calls': sum(res.summary_calls for res, _ in pairs),
                     'dropping_compiles': sum(res.dropping_compiles for res, _ in pairs),
                     'summarised_compiles': sum(res.summarised_compiles for res, _ in pairs),
@@ -330,6 +345,8 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
         'input/none',
         'peak/none',
         'cached',
+        'breaks/100',
+        'perfect/none',
         'over',
         'facts',
         'needed',
@@ -351,6 +368,8 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
             f'{row["input_ratio"]:.3f}',
             f'{row["peak_ratio"]:.3f}',
             _pct(row['cached_share']),
+            f'{row["breaks_per_100"]:.1f}',
+            f'{row["perfect_cost_ratio"]:.3f}',
             str(row['requests_over_window']) + (f' ({row["errors"]} err)' if row['errors'] else ''),
             _pct(row['fact_retention']),
             _pct(row['needed_fact_retention']),
@@ -389,7 +408,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 async def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    console = Console(width=170)
+    console = Console(width=200)
     windows = args.window or list(WINDOWS)
     names = args.profile or [n for n in available_profiles() if n != 'transparent']
     if args.transparent and 'transparent' not in names:

@@ -174,6 +174,34 @@ def test_replay_multi_history_file_with_a_compacting_profile(
     assert results['test_masking']['input_tokens'] < results['none']['input_tokens']
 
 
+def test_replay_reports_the_cache_breaks_and_the_perfect_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_json = tmp_path / 'out.json'
+    log = write_log(tmp_path / 'log.json', small_log())
+    assert main(['replay', str(log), '-p', 'test_masking', '--window', '50000', '--json', str(out_json)]) == 0
+    printed = capsys.readouterr().out
+    for column in ('cached', 'breaks/100', 'perfect cache'):
+        assert column in printed
+    document = json.loads(out_json.read_text())
+    (entry,) = document['histories']
+    results = {r['profile']: r for r in entry['results']}
+    masked, none = results['test_masking'], results['none']
+    breaks = sum(r['prefix_break'] for r in masked['records'])
+    assert breaks > 0, 'masking an old result rewrites the prefix'
+    assert masked['prefix_breaks'] == breaks
+    assert masked['breaks_per_100'] == pytest.approx(100 * breaks / masked['requests'])
+    assert none['prefix_breaks'] == 0
+    assert masked['perfect_cache_cost'] < masked['cost']
+    rows = {row['profile']: row for row in document['summary']}
+    assert rows['test_masking']['breaks_per_100'] == pytest.approx(masked['breaks_per_100'])
+    assert rows['test_masking']['perfect_cost_ratio'] == pytest.approx(
+        masked['perfect_cache_cost'] / none['cost']
+    )
+    assert rows['test_masking']['cached_share'] == pytest.approx(masked['cached_share'])
+    assert rows['none']['perfect_cost_ratio'] == pytest.approx(1.0)
+
+
 # --- errors -----------------------------------------------------------------------------------
 
 
@@ -539,7 +567,7 @@ def test_chart_labels_axes_and_window_names_files_briefly_and_summarises(tmp_pat
     ]
     assert main(args) == 0
     page = page_path.read_text()
-    texts = svg_texts(svg_root(page))
+    texts = svg_texts(svg_root(page, 1))
     assert 'view tokens (input of each request)' in texts
     assert 'request' in texts
     assert 'window 50k' in texts
@@ -547,9 +575,14 @@ def test_chart_labels_axes_and_window_names_files_briefly_and_summarises(tmp_pat
     assert '>first.json</h2>' in page
     assert '>second.json</h2>' in page
     assert '<h2>All files</h2>' in page  # the summary the terminal prints
-    assert page.count('<svg') == 2
+    assert page.count('<svg') == 3  # the cost bars of all files, then a chart per file
+    bars = svg_root(page, 0)
+    assert 'test_masking' in svg_texts(bars)
+    assert 'window 50k' in svg_texts(bars)
     clip_ids = [
-        c.get('id') for k in range(2) for c in svg_root(page, k).iter('{http://www.w3.org/2000/svg}clipPath')
+        c.get('id')
+        for k in range(1, 3)
+        for c in svg_root(page, k).iter('{http://www.w3.org/2000/svg}clipPath')
     ]
     assert clip_ids == ['plot-0', 'plot-1']  # unique in the page
 
@@ -567,6 +600,33 @@ def test_chart_keeps_profiles_readable_when_none_is_far_above_them() -> None:
     y_max, clipped = charts.y_scale({'none': [9_000], 'coding': [5_000]}, window=8_000)
     assert not clipped
     assert y_max >= 9_000
+
+
+def test_cost_bars_draw_each_profile_per_window_with_the_perfect_cache_floor() -> None:
+    from pydantic_ai_context.cli import charts
+
+    groups: dict[str, dict[str, charts.Bar]] = {
+        '128k': {'coding': (0.53, 0.41), 'harness': (0.95, None)},
+        '16k': {'coding': (0.50, 0.30), 'harness': (1.66, 0.9), 'broken': (None, None)},
+    }
+    root = ET.fromstring(charts.cost_bars(groups))
+    ns = '{http://www.w3.org/2000/svg}'
+    bars = [r for r in root.iter(f'{ns}rect') if r.find(f'{ns}title') is not None]
+    assert [(r.find(f'{ns}title').text or '') for r in bars] == [  # type: ignore[union-attr]
+        'coding 128k: 0.530',
+        'harness 128k: 0.950',
+        'coding 16k: 0.500',
+        'harness 16k: 1.660',
+    ]
+    heights = [float(r.get('height', 0)) for r in bars]
+    assert heights[3] > heights[1] > heights[0] > heights[2] > 0  # taller for a higher cost
+    # The floor: a black tick inside each bar that has one, lower than its top.
+    ticks = [line for line in root.iter(f'{ns}line') if line.get('stroke') == '#000']
+    assert len(ticks) == 3 + 1  # three floors and the legend's
+    texts = svg_texts(root)
+    assert 'failed' in texts
+    assert {'128k', '16k', 'coding', 'harness', 'broken', 'none (1.0)'} <= set(texts)
+    assert float(texts[5]) >= 1.66  # the y-axis reaches the highest bar (its top tick label)
 
 
 def test_cli_replay_credits_read_back_like_the_library(tmp_path: Path) -> None:

@@ -222,6 +222,76 @@ async def test_compaction_costs_retention_and_summariser_hook() -> None:
     assert 0 < result.records[-1].cached_tokens < result.records[-2].view_tokens
 
 
+@dataclasses.dataclass
+class ScriptedCompiler:
+    """Compiles the n-th request's input with the n-th function of `script` (one per request)."""
+
+    script: Sequence[Any]
+    name: str = 'scripted'
+    calls: int = 0
+
+    async def compile(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+        self.calls += 1
+        return list(self.script[self.calls - 1](list(messages)))
+
+
+async def test_prefix_breaks_and_the_perfect_cache_on_a_hand_built_replay() -> None:
+    """A break is a request the previous request's view is not a prefix of; a perfect cache serves
+    every token the previous request held and charges only what is appended."""
+    log = small_log()  # four requests: inputs log[:1], log[:3], log[:5], log[:7]
+    script = [
+        lambda m: m,  # the first request: nothing before it, no break
+        lambda m: m,  # appends to the first: no break
+        lambda m: [m[0], m[1], _clear_returns(m[2]), *m[3:]],  # rewrites message 2: a break
+        lambda m: [m[0], *m[-2:]],  # drops the middle, shorter than the previous view: a break
+    ]
+    result = await replay(log, ScriptedCompiler(script), context_window=128_000, counter=COUNTER)
+    records = result.records
+    assert [r.prefix_break for r in records] == [False, False, True, True]
+    assert result.prefix_breaks == 2
+    assert result.breaks_per_100 == 50.0
+    # Without a break, what is cached is the whole previous request, as a perfect cache would.
+    assert records[1].cached_tokens == records[1].perfect_cached_tokens == records[0].view_tokens
+    # A break caches less than the previous request; a perfect cache would have served all of it.
+    assert records[2].view_tokens > records[1].view_tokens
+    assert records[2].cached_tokens < records[2].perfect_cached_tokens == records[1].view_tokens
+    # A view smaller than the previous one would be served whole by a perfect cache.
+    assert records[3].view_tokens < records[2].view_tokens
+    assert records[3].perfect_cached_tokens == records[3].view_tokens
+    assert records[0].perfect_cached_tokens == records[0].cached_tokens == 0
+    perfect = [0, records[0].view_tokens, records[1].view_tokens, records[3].view_tokens]
+    expected = sum(r.view_tokens - p for r, p in zip(records, perfect, strict=True)) + 0.1 * sum(perfect)
+    assert result.perfect_cache_cost == pytest.approx(expected)
+    assert result.perfect_cache_cost < result.cost
+    summary = result.summary()
+    assert summary['prefix_breaks'] == 2
+    assert summary['breaks_per_100'] == 50.0
+    assert summary['perfect_cache_cost'] == result.perfect_cache_cost
+    # Sending the log as is never breaks the prefix: its cost is the perfect cache's.
+    none = await replay_none(log)
+    assert none.prefix_breaks == 0
+    assert none.perfect_cache_cost == pytest.approx(none.cost)
+
+
+async def test_changed_instructions_break_the_prefix() -> None:
+    """Instructions lead the request: a view that only appends to the previous one but changes them
+    is a break, with nothing cached."""
+    log = small_log()[:4]  # two requests: inputs log[:1] and log[:3]
+
+    def instructed(messages: list[ModelMessage]) -> list[ModelMessage]:
+        last = messages[-1]
+        assert isinstance(last, ModelRequest)
+        return [*messages[:-1], dataclasses.replace(last, instructions='Be brief.')]
+
+    plain = await replay(log, ScriptedCompiler([lambda m: m] * 2), context_window=128_000, counter=COUNTER)
+    result = await replay(
+        log, ScriptedCompiler([lambda m: m, instructed]), context_window=128_000, counter=COUNTER
+    )
+    assert [r.prefix_break for r in plain.records] == [False, False]
+    assert [r.prefix_break for r in result.records] == [False, True]
+    assert result.records[1].cached_tokens == 0 < result.records[1].perfect_cached_tokens
+
+
 async def test_budget_exceeded_is_recorded_not_raised() -> None:
     class Refusing:
         name = 'refusing'

@@ -1,5 +1,7 @@
 """`replay --plot`: view tokens per request, one line per profile, as a self-contained HTML page
-(inline SVG, no scripts) or a PNG (matplotlib, the optional `plot` extra).
+(inline SVG, no scripts) or a PNG (matplotlib, the optional `plot` extra). Over several files the
+page also charts each profile's cost ratio to `none` (`cost_bars`, which `bench/report.py` draws
+per window for the benchmarks page).
 
 The y-axis fits the profiles and the window: when `none` (no compaction) climbs far above them it
 is drawn clipped at the top, with its peak in the legend, so the profiles are not squashed into a
@@ -77,9 +79,16 @@ def chart_html(
     with each file's numbers and, for several files, the all-files summary the terminal prints."""
     sections = []
     if len(histories) > 1 and summary:
+        bars = {
+            f'window {short(window)}': {
+                row['profile']: (row['cost_ratio'], row.get('perfect_cost_ratio'))
+                for row in summary
+                if row['profile'] != 'none'
+            }
+        }
         sections.append(
             '<section><h2>All files</h2><p>Geometric mean of the ratios to none.</p>'
-            f'{_summary_html(summary)}</section>'
+            f'{cost_bars(bars, height=300)}{_summary_html(summary)}</section>'
         )
     for k, (history, per_profile) in enumerate(zip(histories, results, strict=True)):
         base = per_profile['none']
@@ -217,6 +226,102 @@ def svg(
             f'<line x1="{left + plot_w + 12}" x2="{left + plot_w + 32}" y1="{ly - 4}" y2="{ly - 4}" '
             f'stroke="{color}" stroke-width="3"/><text x="{left + plot_w + 38}" y="{ly}">{html.escape(name)}</text>'
         )
+    parts.append('</svg>')
+    return ''.join(parts)
+
+
+Bar = tuple[float | None, float | None]
+"""One bar of `cost_bars`: the cost ratio to `none` (`None`: failed) and the perfect cache's (or `None`)."""
+
+
+def cost_bars(
+    groups: dict[str, dict[str, Bar]],
+    *,
+    title: str = 'cost / none',
+    width: int = 760,
+    height: int = 340,
+) -> str:
+    """A grouped bar chart of cost ratios to `none`: a group per window (or file), a bar per profile
+    in the order of the first group, each with a tick at what a cache that never breaks would give
+    (the floor for those views), and `none` as the dashed line at 1. A failed profile (no ratio) is
+    named in its group instead of drawn."""
+    left, right, top, bottom = 50, 190, 15, 40
+    plot_w, plot_h = width - left - right, height - top - bottom
+    labels = list(dict.fromkeys(label for bars in groups.values() for label in bars))
+    highest = max([1.0, *(c for bars in groups.values() for c, _ in bars.values() if c is not None)])
+    y_max = nice(highest * 1.08)
+    group_w = plot_w / max(1, len(groups))
+    bar_w = group_w * 0.8 / max(1, len(labels))
+
+    def y(ratio: float) -> float:
+        return top + plot_h * (1 - min(ratio, y_max) / y_max)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(title)} per profile" '
+        'font-family="system-ui,sans-serif" font-size="12">',
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>',
+    ]
+    for k in range(6):
+        value = y_max * k / 5
+        parts.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y(value):.1f}" y2="{y(value):.1f}" stroke="#eee"/>'
+            f'<text x="{left - 6}" y="{y(value) + 4:.1f}" text-anchor="end">{round(value, 3):g}</text>'
+        )
+    parts.append(
+        f'<text transform="translate(14 {top + plot_h / 2:.1f}) rotate(-90)" text-anchor="middle">'
+        f'{html.escape(title)}</text>'
+    )
+    for g, (group, bars) in enumerate(groups.items()):
+        x0 = left + g * group_w + group_w * 0.1
+        parts.append(
+            f'<text x="{left + (g + 0.5) * group_w:.1f}" y="{top + plot_h + 18}" text-anchor="middle" '
+            f'font-weight="bold">{html.escape(group)}</text>'
+        )
+        for k, label in enumerate(labels):
+            if label not in bars:
+                continue
+            cost, floor = bars[label]
+            bx = x0 + k * bar_w
+            cx = bx + bar_w / 2
+            if cost is None:
+                parts.append(
+                    f'<text x="{cx:.1f}" y="{top + plot_h - 6}" text-anchor="middle" fill="#b00020" '
+                    f'font-size="10">failed</text>'
+                )
+                continue
+            color = COLORS[(k + 1) % len(COLORS)]
+            parts.append(
+                f'<rect x="{bx + 1:.1f}" y="{y(cost):.1f}" width="{bar_w - 2:.1f}" '
+                f'height="{top + plot_h - y(cost):.1f}" fill="{color}"><title>{html.escape(label)} '
+                f'{html.escape(group)}: {cost:.3f}</title></rect>'
+                f'<text x="{cx:.1f}" y="{y(cost) - 4:.1f}" text-anchor="middle" font-size="10">'
+                f'{cost:.2f}</text>'
+            )
+            if floor is not None:
+                parts.append(
+                    f'<line x1="{bx + 1:.1f}" x2="{bx + bar_w - 1:.1f}" y1="{y(floor):.1f}" '
+                    f'y2="{y(floor):.1f}" stroke="#000" stroke-width="2"/>'
+                )
+    parts.append(
+        f'<line x1="{left}" x2="{left + plot_w}" y1="{y(1.0):.1f}" y2="{y(1.0):.1f}" '
+        'stroke="#444" stroke-dasharray="6 4"/>'
+    )
+    legend = [(COLORS[(k + 1) % len(COLORS)], label) for k, label in enumerate(labels)]
+    for k, (color, label) in enumerate(legend):
+        ly = top + 14 + 18 * k
+        parts.append(
+            f'<rect x="{left + plot_w + 12}" y="{ly - 10}" width="14" height="10" fill="{color}"/>'
+            f'<text x="{left + plot_w + 32}" y="{ly}">{html.escape(label)}</text>'
+        )
+    ly = top + 14 + 18 * len(legend)
+    parts.append(
+        f'<line x1="{left + plot_w + 12}" x2="{left + plot_w + 26}" y1="{ly - 4}" y2="{ly - 4}" '
+        f'stroke="#444" stroke-dasharray="4 3"/><text x="{left + plot_w + 32}" y="{ly}">none (1.0)</text>'
+        f'<line x1="{left + plot_w + 12}" x2="{left + plot_w + 26}" y1="{ly + 14}" y2="{ly + 14}" '
+        f'stroke="#000" stroke-width="2"/><text x="{left + plot_w + 32}" y="{ly + 18}">'
+        'floor (no cache break)</text>'
+    )
     parts.append('</svg>')
     return ''.join(parts)
 

@@ -61,7 +61,9 @@ def add_parser(commands: Any) -> None:
         'replay',
         help='replay recorded histories through profiles and compare them with no compaction',
         description='Replay recorded histories through one or more profiles and `none` (no compaction): '
-        'input tokens, cache-weighted cost and its ratio to none, peak tokens, requests over the window, '
+        'input tokens, cache-weighted cost and its ratio to none, the cached share, prefix breaks per 100 '
+        'requests and the cost a cache that never breaks would give (the floor for those views), '
+        'peak tokens, requests over the window, '
         'fact retention, summariser calls and compile time. A profile that raises on a request '
         '(its view cannot fit the window) is reported as failed, and the command exits 1.',
     )
@@ -309,6 +311,12 @@ def _ratio(result: ReplayResult, base: ReplayResult, metric: str = 'cost') -> fl
     return result.ratio_to(base, metric)
 
 
+def perfect_ratio(result: ReplayResult, base: ReplayResult) -> float:
+    """What `result`'s views would cost with a cache that never breaks, over what `none` costs: the
+    floor of `cost vs none` for those view sizes."""
+    return result.perfect_cache_cost / base.cost if base.cost else math.inf
+
+
 def replay_table(history: History, results: dict[str, ReplayResult], *, window: Window) -> Table:
     base = results['none']
     table = Table(
@@ -321,6 +329,9 @@ def replay_table(history: History, results: dict[str, ReplayResult], *, window: 
         'input tokens',
         'cost',
         'vs none',
+        'cached',
+        'breaks/100',
+        'perfect cache',
         'peak',
         'over window',
         'errors',
@@ -338,7 +349,7 @@ def replay_table(history: History, results: dict[str, ReplayResult], *, window: 
             errors = Text(f'{result.errors} of {result.requests}', style='bold red')
             table.add_row(
                 Text(label, style='red'),
-                *[Text(FAILED, style='red')] * 5,
+                *[Text(FAILED, style='red')] * 8,
                 errors,
                 *[Text(FAILED, style='red')] * 4,
                 timing,
@@ -349,6 +360,9 @@ def replay_table(history: History, results: dict[str, ReplayResult], *, window: 
             f'{result.input_tokens:,}',
             f'{result.cost:,.0f}',
             f'{_ratio(result, base):.3f}',
+            f'{result.cached_share:.1%}',
+            f'{result.breaks_per_100:.1f}',
+            f'{perfect_ratio(result, base):.3f}',
             f'{result.peak_view_tokens:,}',
             f'{result.requests_over_window}',
             '0',
@@ -389,6 +403,15 @@ def summary_rows(results: Sequence[dict[str, ReplayResult]], labels: Sequence[st
                 'cost_ratio': mean_ratio('cost'),
                 'input_ratio': mean_ratio('input_tokens'),
                 'peak_ratio': mean_ratio('peak_view_tokens'),
+                'perfect_cost_ratio': _finite(geometric_mean(perfect_ratio(res, base) for res, base in pairs))
+                if ok
+                else None,
+                'cached_share': statistics.fmean(res.cached_share for res, _ in pairs) if ok else None,
+                'breaks_per_100': 100
+                * sum(res.prefix_breaks for res, _ in pairs)
+                / max(1, sum(res.requests for res, _ in pairs))
+                if ok
+                else None,
                 'requests_over_window': sum(res.requests_over_window for res, _ in pairs),
                 'fact_retention': statistics.fmean(res.fact_retention for res, _ in pairs) if ok else None,
                 'needed_fact_retention': (
@@ -410,6 +433,9 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> Table:
         'profile',
         'histories',
         'cost ratio',
+        'perfect cache',
+        'cached',
+        'breaks/100',
         'input ratio',
         'peak ratio',
         'over window',
@@ -422,7 +448,7 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> Table:
             table.add_row(
                 Text(row['profile'], style='red'),
                 str(row['histories']),
-                *[Text(FAILED, style='red')] * 4,
+                *[Text(FAILED, style='red')] * 7,
                 Text(f'{row["errors"]} of {row["requests"]}', style='bold red'),
                 Text(FAILED, style='red'),
             )
@@ -431,6 +457,9 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> Table:
             row['profile'],
             str(row['histories']),
             fmt_ratio(row['cost_ratio']),
+            fmt_ratio(row['perfect_cost_ratio']),
+            f'{row["cached_share"]:.1%}',
+            f'{row["breaks_per_100"]:.1f}',
             fmt_ratio(row['input_ratio']),
             fmt_ratio(row['peak_ratio']),
             str(row['requests_over_window']),

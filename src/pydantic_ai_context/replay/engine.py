@@ -132,7 +132,7 @@ async def replay(
                 await settle()
         weight = _weigh(view, counter, parameters, overhead_tokens, per_message=True)
         view_tokens = weight.total_tokens
-        cached = _cached_prefix_tokens(view, weight, previous, previous_weight)
+        cached, kept_whole = _cached_prefix(view, weight, previous, previous_weight)
         output_tokens = counter.count_message(message)
         fact_share, needed_share = index.retention(i, view)
         present = index.present(view)
@@ -152,6 +152,10 @@ async def replay(
                 view_messages=len(view),
                 view_tokens=view_tokens,
                 cached_tokens=cached,
+                prefix_break=not kept_whole,
+                perfect_cached_tokens=min(view_tokens, previous_weight.total_tokens)
+                if previous_weight is not None
+                else 0,
                 output_tokens=output_tokens,
                 compile_ms=compile_ms,
                 over_window=error is not None or view_tokens > context_window,
@@ -229,18 +233,20 @@ def _weigh(
     )
 
 
-def _cached_prefix_tokens(
+def _cached_prefix(
     view: Sequence[ModelMessage],
     weight: RequestTokens,
     previous: Sequence[ModelMessage],
     previous_weight: RequestTokens | None,
-) -> int:
-    """The request's leading tokens a provider could serve from the previous request's cache.
+) -> tuple[int, bool]:
+    """The request's leading tokens a provider could serve from the previous request's cache, and
+    whether the previous request was a prefix of this one (`False` is a prefix break).
 
     Tools and instructions lead the request: unchanged, they are cached with the longest run of
-    leading messages equal to the previous view's; changed, nothing is."""
+    leading messages equal to the previous view's; changed, nothing is. The first request has no
+    previous one: nothing cached, no break."""
     if previous_weight is None:
-        return 0
+        return 0, True
     fixed = (weight.instructions, weight.instructions_tokens, weight.tools_tokens, weight.extra_tokens)
     before_fixed = (
         previous_weight.instructions,
@@ -249,14 +255,16 @@ def _cached_prefix_tokens(
         previous_weight.extra_tokens,
     )
     if fixed != before_fixed:
-        return 0
+        return 0, False
     cached = weight.instructions_tokens + weight.tools_tokens + weight.extra_tokens
     assert weight.per_message is not None
+    equal = 0
     for message, tokens, before in zip(view, weight.per_message, previous, strict=False):
         if message is not before and _sent(message) != _sent(before):
             break
         cached += tokens
-    return cached
+        equal += 1
+    return cached, equal == len(previous)
 
 
 def _sent(message: ModelMessage) -> ModelMessage:

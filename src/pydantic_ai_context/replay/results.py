@@ -30,6 +30,14 @@ class RequestRecord:
     cached_tokens: int
     """Tokens of the longest run of leading view messages equal to the previous request's view (as
     sent: metadata, which providers never receive, is not compared)."""
+    prefix_break: bool = False
+    """The previous request is not a prefix of this one: some message of the previous view (or its
+    instructions or tools) differs or is gone, so `cached_tokens` is less than the previous
+    request's `view_tokens` and the rest is read uncached. Never set on the first request."""
+    perfect_cached_tokens: int = 0
+    """What a cache that never breaks would serve: every token of the previous request, as many as
+    this request holds (`min(view_tokens, previous view_tokens)`; 0 on the first request). Only the
+    tokens appended since are uncached."""
     output_tokens: int
     """Tokens of the recorded response."""
     compile_ms: float
@@ -135,6 +143,16 @@ class ReplayResult:
         return self.cached_tokens / self.input_tokens if self.input_tokens else 0.0
 
     @property
+    def prefix_breaks(self) -> int:
+        """Requests the previous request is not a prefix of (`RequestRecord.prefix_break`)."""
+        return sum(1 for r in self.records if r.prefix_break)
+
+    @property
+    def breaks_per_100(self) -> float:
+        """`prefix_breaks` per 100 requests (0.0 with no requests)."""
+        return 100 * self.prefix_breaks / self.requests if self.requests else 0.0
+
+    @property
     def dropping_compiles(self) -> int:
         """Requests whose view had whole steps dropped by `fit_to_budget`."""
         return sum(1 for r in self.records if r.dropped_messages)
@@ -159,6 +177,21 @@ class ReplayResult:
         return (
             self.uncached_tokens
             + self.cached_tokens * self.cache_read_price
+            + self.summary_input_tokens * self.summary_input_price
+            + self.summary_output_tokens * self.summary_output_price
+        )
+
+    @property
+    def perfect_cache_cost(self) -> float:
+        """`cost` if the prompt cache never broke: each request's tokens up to the previous request's
+        size cached (`perfect_cached_tokens`), only what it appends uncached; the summariser is charged
+        as in `cost`. The floor for these view sizes: `cost - perfect_cache_cost` is what the prefix
+        breaks cost."""
+        perfect = sum(r.perfect_cached_tokens for r in self.records)
+        return (
+            self.input_tokens
+            - perfect
+            + perfect * self.cache_read_price
             + self.summary_input_tokens * self.summary_input_price
             + self.summary_output_tokens * self.summary_output_price
         )
@@ -267,6 +300,9 @@ class ReplayResult:
             'unrecoverable_facts': self.unrecoverable_facts,
             'summary_calls': self.summary_calls,
             'cached_share': self.cached_share,
+            'prefix_breaks': self.prefix_breaks,
+            'breaks_per_100': self.breaks_per_100,
+            'perfect_cache_cost': self.perfect_cache_cost,
             'dropping_compiles': self.dropping_compiles,
             'summarised_compiles': self.summarised_compiles,
             'summary_input_tokens': self.summary_input_tokens,

@@ -51,3 +51,22 @@ def assert_all(
     assert_valid(view)
     assert_framing_kept(log, view)
     assert_pinned_kept(log, view)
+
+
+def assert_native_pairs(log: Sequence[ModelMessage], view: Sequence[ModelMessage]) -> None:
+    """Native tool calls and results stay together: a result in a view's response has its call in
+    that response, and a call whose result the log holds still has it (or both are gone)."""
+    returned = {
+        p.tool_call_id for m in log for p in m.parts if getattr(p, 'part_kind', None) == 'builtin-tool-return'
+    }
+    for message in view:
+        calls = {
+            p.tool_call_id for p in message.parts if getattr(p, 'part_kind', None) == 'builtin-tool-call'
+        }
+        results = {
+            p.tool_call_id for p in message.parts if getattr(p, 'part_kind', None) == 'builtin-tool-return'
+        }
+        assert results <= calls, f'native results without their call: {sorted(results - calls)}'
+        assert calls & returned <= results, (
+            f'native calls without their result: {sorted(calls & returned - results)}'
+        )

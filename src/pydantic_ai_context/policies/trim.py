@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 
-from pydantic_ai_context import _facts, _markers, _parts
+from pydantic_ai_context import _facts, _markers, _native_tools, _parts
 from pydantic_ai_context._memo import PART_FIELDS, ObjectMemo, remembered_copy
 from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import CompileContext
@@ -26,8 +26,15 @@ from ._frontier import (
     part_text_tokens,
     unresolved_failures,
 )
+from ._native import removable, without_native_pairs
 
-__all__ = ('TrimToolOutputs', 'clip_arguments', 'shorten_results', 'trim_tool_outputs')
+__all__ = (
+    'TrimToolOutputs',
+    'clip_arguments',
+    'shorten_native_results',
+    'shorten_results',
+    'trim_tool_outputs',
+)
 
 TRIMMED: Final = 'trimmed'
 CLAMPED: Final = 'clamped'
@@ -140,8 +147,7 @@ class TrimToolOutputs(SyncPolicy):
     def _needs_clamp(message: ModelMessage, clamp_at: int | None, counter: TokenCounter) -> bool:
         return (
             clamp_at is not None
-            and isinstance(message, ModelRequest)
-            and bool(_parts.tool_results(message))
+            and bool(_parts.tool_results(message) or _native_tools.native_returns(message))
             and not _parts.message_pinned(message)
             and message_tokens(counter, message) > clamp_at
         )
@@ -234,20 +240,44 @@ class TrimToolOutputs(SyncPolicy):
             return None, failures
         old = i < frontier
         if isinstance(message, ModelResponse):
-            if old and self.max_arg_chars > 0:
+            # Native tool results live in the response: shortened like a request's results.
+            limit = self.max_tokens if old else clamp_at
+            kind: str | None = None
+            new_response = message
+            if (
+                limit is not None
+                and _native_tools.native_returns(message)
+                and message_tokens(counter, message) > limit
+            ):
                 new_response = remembered_copy(
                     self._memo,
                     message,
-                    ('clip', counter_key(counter)),
-                    self._clip_calls,
+                    ('native', old, limit, counter_key(counter)),
+                    self._trim_native,
                     message,
-                    counter,
+                    old,
+                    limit,
+                    clamp_at,
+                    context,
                     size=_text_size,
                 )
                 if new_response is not message:
-                    out[i] = new_response
-                    return 'clipped', failures
-            return None, failures
+                    kind = TRIMMED if old else CLAMPED
+            if old and self.max_arg_chars > 0:
+                clipped = remembered_copy(
+                    self._memo,
+                    new_response,
+                    ('clip', counter_key(counter)),
+                    self._clip_calls,
+                    new_response,
+                    counter,
+                    size=_text_size,
+                )
+                if clipped is not new_response:
+                    new_response = clipped
+                    kind = kind or 'clipped'
+            out[i] = new_response
+            return kind, failures
         if not isinstance(message, ModelRequest) or not _parts.tool_results(message):
             return None, failures
         if old:
@@ -319,6 +349,55 @@ class TrimToolOutputs(SyncPolicy):
             parts[j] = _markers.mark_result(part, new_text, new_record, context.originals, ref_in_text=True)
             changed = True
         return dataclasses.replace(message, parts=parts) if changed else message
+
+    def _trim_native(
+        self,
+        message: ModelResponse,
+        old: bool,
+        limit: int,
+        clamp_at: int | None,
+        context: CompileContext,
+        *,
+        reclamp: bool = False,
+    ) -> ModelResponse:
+        """`message` with its editable native tool results over `limit` cut to head + tail, in the
+        shape their provider gave them (see `_native_tools`)."""
+        counter = context.counter
+        keep = self.keep_tokens if old else clamp_at
+        if keep is None:
+            return message
+        parts: list[Any] = list(message.parts)
+        changed = False
+        removed: set[str] = set()
+        for j, part in enumerate(parts):
+            if old and removable(part) and part_text_tokens(part, counter) > limit:
+                removed.add(part.tool_call_id)  # must go back whole: an old one leaves with its call
+                continue
+            if (
+                not _native_tools.is_native_return(part)
+                or _native_tools.editable_fields(part) is None
+                or _parts.is_pinned(part)
+            ):
+                continue
+            record = _parts.marker(part) or {}
+            if record.get('kind') not in (None, CLAMPED) or (
+                record.get('kind') == CLAMPED and not old and not reclamp
+            ):
+                continue
+            if part_text_tokens(part, counter) <= limit:
+                continue
+            text = _native_tools.output_text(part)
+            tokens = counter.count_text(text)
+            nominal = nominal_part_tokens(part, counter)
+            lines = record.get('lines', text.count('\n') + 1)
+            chars = record.get('chars', len(text))
+            new_text = self._head_tail(part, text, tokens, keep, nominal, lines)
+            new_record = {'kind': TRIMMED if old else CLAMPED, 'policy': self.name, 'tokens': nominal}
+            new_record |= {'lines': lines, 'chars': chars}
+            parts[j] = _markers.mark_result(part, new_text, new_record, context.originals, ref_in_text=True)
+            changed = True
+        out = dataclasses.replace(message, parts=parts) if changed else message
+        return without_native_pairs(out, removed, context)
 
     def _may_trim(self, part: Any, failures: AbstractSet[str], *, old: bool) -> bool:
         # A read-back page is never trimmed, but one too large for the budget is clamped like any
@@ -512,6 +591,46 @@ def shorten_results(
         # fit together: the room left is what counts here, so a clamped result is clamped again.
         return trim._trim_request(message, False, max_tokens, max_tokens, frozenset(), context, reclamp=True)
     return trim._trim_request(message, True, max_tokens, None, frozenset(), context)
+
+
+def shorten_native_results(
+    message: ModelResponse,
+    *,
+    max_tokens: int,
+    counter: TokenCounter,
+    recent: bool = False,
+    originals: _markers.OriginalsSink | None = None,
+) -> ModelResponse:
+    """`message` with every editable native tool result over `max_tokens` cut to head + tail of
+    about that size, in the shape its provider gave it (`shorten_results` for the results a
+    response carries; results that must go back unmodified stay as they are).
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelResponse, NativeToolCallPart, NativeToolReturnPart
+
+        from pydantic_ai_context import HeuristicCounter
+        from pydantic_ai_context.policies.trim import shorten_native_results
+
+        output = {'type': 'code_execution_result', 'stdout': 'row ' * 5_000, 'stderr': '', 'return_code': 0}
+        response = ModelResponse(
+            parts=[
+                NativeToolCallPart('code_execution', {'code': 'print(rows)'}, tool_call_id='s1'),
+                NativeToolReturnPart('code_execution', output, tool_call_id='s1'),
+            ]
+        )
+        small = shorten_native_results(response, max_tokens=300, counter=HeuristicCounter(), recent=True)
+        assert small.parts[1].content['return_code'] == 0  # the shape stays
+        assert len(small.parts[1].content['stdout']) < 3_000
+        ```
+    """
+    if _parts.message_pinned(message) or max_tokens < 1:
+        return message
+    trim = TrimToolOutputs(max_tokens=max_tokens, keep_tokens=max_tokens)
+    context = CompileContext(counter=counter, originals=originals)
+    if recent:
+        return trim._trim_native(message, False, max_tokens, max_tokens, context, reclamp=True)
+    return trim._trim_native(message, True, max_tokens, None, context)
 
 
 def clip_arguments(message: ModelResponse, *, max_chars: int, counter: TokenCounter) -> ModelResponse:

@@ -292,3 +292,46 @@ async def test_a_result_that_must_go_back_whole_is_never_edited_only_removed_wit
     page = read_context('ws1', log, limit=400)
     assert 'Result 0' in page
     assert 'Result 39' in read_context('ws1', log, offset=270)
+
+
+def test_fit_alone_trims_a_native_result_of_the_recency_window_before_giving_up() -> None:
+    from pydantic_ai_context import CompileContext, ContextBudget
+    from pydantic_ai_context.policies.fit import fit_to_budget
+
+    log = [
+        ModelRequest.user_text_prompt('compute'),
+        ModelResponse(
+            parts=[
+                *native_pair('code_execution', {'code': 'run()'}, code_result(BIG), 's1'),
+                ToolCallPart('read_file', {'path': 'a.py'}, tool_call_id='c1'),
+            ]
+        ),
+        ModelRequest(parts=[messages.ToolReturnPart('read_file', 'a = 1', tool_call_id='c1')]),
+    ]
+    counter = HeuristicCounter()
+    context = CompileContext(counter=counter, budget=ContextBudget(context_window=8_000))
+    view = fit_to_budget().apply(list(log), context)
+    assert counter.count_messages(view) <= context.budget.limit  # type: ignore[union-attr]
+    result = view[1].parts[1]
+    assert result.content['return_code'] == 0
+    assert 'trimmed by pydantic-ai-context' in result.content['stdout']
+    assert_native_pairs(log, view)
+
+
+def test_search_context_finds_native_results() -> None:
+    from pydantic_ai_context.readback import search_context
+
+    needle = 'NEEDLE_IN_STDOUT 42'
+    log = [
+        ModelRequest.user_text_prompt('compute'),
+        ModelResponse(
+            parts=[
+                *native_pair('code_execution', {'code': 'x'}, code_result(f'a\n{needle}\nb'), 's1'),
+                TextPart('ok'),
+            ]
+        ),
+        ModelRequest.user_text_prompt('next'),
+    ]
+    hits = search_context('NEEDLE_IN_STDOUT', log)
+    assert "'s1'" in hits or 's1' in hits
+    assert needle in hits

@@ -46,11 +46,13 @@ def assert_valid(view: Sequence[ModelMessage]) -> None:
 def assert_all(
     log: Sequence[ModelMessage], snapshot: Sequence[ModelMessage], view: Sequence[ModelMessage]
 ) -> None:
-    """Invariants 1, 2, 4, 7 and 8 (`snapshot` is a deep copy of `log` taken before compiling)."""
+    """Invariants 1, 2 (native tool calls and results included), 4, 7 and 8 (`snapshot` is a deep copy
+    of `log` taken before compiling)."""
     assert list(log) == list(snapshot), 'the input was mutated'
     assert_valid(view)
     assert_framing_kept(log, view)
     assert_pinned_kept(log, view)
+    assert_native_pairs(log, view)
 
 
 def assert_native_pairs(log: Sequence[ModelMessage], view: Sequence[ModelMessage]) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 
@@ -64,12 +64,12 @@ _TEXT: Final = ''
 _STDERR_LINE: Final = '\n[stderr]\n'
 
 
-def is_native_call(part: Any) -> bool:
+def is_native_call(part: Any) -> TypeGuard[Any]:
     """A call the provider executed itself (its result is in the same response)."""
     return getattr(part, 'part_kind', None) in NATIVE_CALL_KINDS
 
 
-def is_native_return(part: Any) -> bool:
+def is_native_return(part: Any) -> TypeGuard[Any]:
     """The result of a native tool call, recorded in the response that made the call."""
     return getattr(part, 'part_kind', None) in NATIVE_RETURN_KINDS
 
@@ -136,7 +136,7 @@ def output_text(part: Any) -> str:
     """What a native result says, as readable text: its output fields joined (stderr after
     stdout), else its content as indented JSON."""
     fields = editable_fields(part)
-    content = getattr(part, 'content', None)
+    content: Any = getattr(part, 'content', None)
     if fields is None:
         if isinstance(content, dict | list):
             # One field a line: read back a page at a time (search results are long).
@@ -149,9 +149,9 @@ def output_text(part: Any) -> str:
         return str(content)
     if fields == ('logs',):
         return '\n'.join(content['logs'])
-    if fields == ('content',) and _mcp_texts(content) is not None and not isinstance(content['content'], str):
+    if fields == ('content',) and not isinstance(content['content'], str):
         return '\n'.join(_mcp_texts(content) or [])
-    texts = [content[k] for k in fields]
+    texts: list[str] = [content[k] for k in fields]
     if len(texts) == 2 and texts[1]:
         return texts[0] + _STDERR_LINE + texts[1]
     return texts[0]

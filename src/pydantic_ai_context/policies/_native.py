@@ -10,6 +10,7 @@ which weighs what the log held, does not move).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
@@ -18,9 +19,12 @@ from pydantic_ai.messages import ModelResponse
 from pydantic_ai_context import _facts, _markers, _native_tools, _parts
 from pydantic_ai_context.views import CompileContext
 
-from ._frontier import nominal_part_tokens
+from ._frontier import nominal_part_tokens, part_text_tokens
 
-__all__ = ('REMOVED_KEY', 'removable', 'without_native_pairs')
+__all__ = ('REMOVED_KEY', 'removable', 'shortened_native', 'without_native_pairs')
+
+HeadTail = Callable[[Any, str, int, int, int, int], str]
+"""`TrimToolOutputs._head_tail`: (part, text, tokens, keep, nominal tokens, lines) -> shortened text."""
 
 REMOVED_KEY: Final = 'native_tokens'
 """The key of a response's marker record holding the tokens of each pair removed, by `tool_call_id`."""
@@ -68,3 +72,51 @@ def _note(call: Any, result: Any) -> str:
     summary = _facts.call_summary(call, tool_name=part.tool_name)
     line = f'[{summary} ran on the provider; its result was removed by pydantic-ai-context]'
     return _markers.with_ref(line, part.tool_call_id) if result is not None else line
+
+
+def shortened_native(
+    message: ModelResponse,
+    *,
+    old: bool,
+    limit: int,
+    keep: int,
+    reclamp: bool,
+    context: CompileContext,
+    head_tail: HeadTail,
+    policy: str,
+) -> ModelResponse:
+    """`message` with its editable native results over `limit` cut to about `keep` tokens, head and
+    tail, in the shape their provider gave them (`'trimmed'` when `old`, else `'clamped'`); an old
+    one that must go back whole leaves with its call instead."""
+    counter = context.counter
+    parts: list[Any] = list(message.parts)
+    changed = False
+    removed: set[str] = set()
+    for j, part in enumerate(parts):
+        if old and removable(part) and part_text_tokens(part, counter) > limit:
+            removed.add(part.tool_call_id)
+            continue
+        if (
+            not _native_tools.is_native_return(part)
+            or _native_tools.editable_fields(part) is None
+            or _parts.is_pinned(part)
+        ):
+            continue
+        record = _parts.marker(part) or {}
+        kind = record.get('kind')
+        if kind not in (None, 'clamped') or (kind == 'clamped' and not old and not reclamp):
+            continue
+        if part_text_tokens(part, counter) <= limit:
+            continue
+        text = _native_tools.output_text(part)
+        tokens = counter.count_text(text)
+        nominal = nominal_part_tokens(part, counter)
+        lines = record.get('lines', text.count('\n') + 1)
+        chars = record.get('chars', len(text))
+        new_text = head_tail(part, text, tokens, keep, nominal, lines)
+        new_record = {'kind': 'trimmed' if old else 'clamped', 'policy': policy, 'tokens': nominal}
+        new_record |= {'lines': lines, 'chars': chars}
+        parts[j] = _markers.mark_result(part, new_text, new_record, context.originals, ref_in_text=True)
+        changed = True
+    out = dataclasses.replace(message, parts=parts) if changed else message
+    return without_native_pairs(out, removed, context)

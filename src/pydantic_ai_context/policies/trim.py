@@ -26,7 +26,7 @@ from ._frontier import (
     part_text_tokens,
     unresolved_failures,
 )
-from ._native import removable, without_native_pairs
+from ._native import shortened_native
 
 __all__ = (
     'TrimToolOutputs',
@@ -253,7 +253,8 @@ class TrimToolOutputs(SyncPolicy):
                     self._memo,
                     message,
                     ('native', old, limit, counter_key(counter)),
-                    self._trim_native,
+                    _trimmed_native,
+                    self,
                     message,
                     old,
                     limit,
@@ -350,55 +351,6 @@ class TrimToolOutputs(SyncPolicy):
             changed = True
         return dataclasses.replace(message, parts=parts) if changed else message
 
-    def _trim_native(
-        self,
-        message: ModelResponse,
-        old: bool,
-        limit: int,
-        clamp_at: int | None,
-        context: CompileContext,
-        *,
-        reclamp: bool = False,
-    ) -> ModelResponse:
-        """`message` with its editable native tool results over `limit` cut to head + tail, in the
-        shape their provider gave them (see `_native_tools`)."""
-        counter = context.counter
-        keep = self.keep_tokens if old else clamp_at
-        if keep is None:
-            return message
-        parts: list[Any] = list(message.parts)
-        changed = False
-        removed: set[str] = set()
-        for j, part in enumerate(parts):
-            if old and removable(part) and part_text_tokens(part, counter) > limit:
-                removed.add(part.tool_call_id)  # must go back whole: an old one leaves with its call
-                continue
-            if (
-                not _native_tools.is_native_return(part)
-                or _native_tools.editable_fields(part) is None
-                or _parts.is_pinned(part)
-            ):
-                continue
-            record = _parts.marker(part) or {}
-            if record.get('kind') not in (None, CLAMPED) or (
-                record.get('kind') == CLAMPED and not old and not reclamp
-            ):
-                continue
-            if part_text_tokens(part, counter) <= limit:
-                continue
-            text = _native_tools.output_text(part)
-            tokens = counter.count_text(text)
-            nominal = nominal_part_tokens(part, counter)
-            lines = record.get('lines', text.count('\n') + 1)
-            chars = record.get('chars', len(text))
-            new_text = self._head_tail(part, text, tokens, keep, nominal, lines)
-            new_record = {'kind': TRIMMED if old else CLAMPED, 'policy': self.name, 'tokens': nominal}
-            new_record |= {'lines': lines, 'chars': chars}
-            parts[j] = _markers.mark_result(part, new_text, new_record, context.originals, ref_in_text=True)
-            changed = True
-        out = dataclasses.replace(message, parts=parts) if changed else message
-        return without_native_pairs(out, removed, context)
-
     def _may_trim(self, part: Any, failures: AbstractSet[str], *, old: bool) -> bool:
         # A read-back page is never trimmed, but one too large for the budget is clamped like any
         # newest result (a page holds up to 20,000 characters; a user's tool may share the name).
@@ -479,6 +431,32 @@ class TrimToolOutputs(SyncPolicy):
         )
         metadata = _parts.with_marker(message.metadata, record)
         return dataclasses.replace(message, parts=parts, metadata=metadata)
+
+
+def _trimmed_native(
+    policy: TrimToolOutputs,
+    message: ModelResponse,
+    old: bool,
+    limit: int,
+    clamp_at: int | None,
+    context: CompileContext,
+    *,
+    reclamp: bool = False,
+) -> ModelResponse:
+    """`message` with its native tool results over `limit` cut to head + tail (see `_native`)."""
+    keep = policy.keep_tokens if old else clamp_at
+    if keep is None:
+        return message
+    return shortened_native(
+        message,
+        old=old,
+        limit=limit,
+        keep=keep,
+        reclamp=reclamp,
+        context=context,
+        head_tail=policy._head_tail,
+        policy=policy.name,
+    )
 
 
 def _text_size(message: ModelMessage) -> int:
@@ -629,8 +607,8 @@ def shorten_native_results(
     trim = TrimToolOutputs(max_tokens=max_tokens, keep_tokens=max_tokens)
     context = CompileContext(counter=counter, originals=originals)
     if recent:
-        return trim._trim_native(message, False, max_tokens, max_tokens, context, reclamp=True)
-    return trim._trim_native(message, True, max_tokens, None, context)
+        return _trimmed_native(trim, message, False, max_tokens, max_tokens, context, reclamp=True)
+    return _trimmed_native(trim, message, True, max_tokens, None, context)
 
 
 def clip_arguments(message: ModelResponse, *, max_chars: int, counter: TokenCounter) -> ModelResponse:

@@ -12,7 +12,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 
 from pydantic_ai_context import HeuristicCounter, profile
 from pydantic_ai_context._native_tools import editable_fields, output_text, with_output
-from pydantic_ai_context._parts import marker
+from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, marker
 from pydantic_ai_context.readback import read_context
 
 from .builders import History, Tool
@@ -151,9 +151,8 @@ def native_script(n: int, msgs: list[ModelMessage]) -> ModelResponse:
 @pytest.mark.parametrize('name', ['chat', 'coding', 'long_horizon'])
 def test_a_20k_code_execution_result_fits_at_16k_on_the_live_path(name: str) -> None:
     meter = RequestMeter(native_script)
-    agent = realistic_agent(
-        meter, profile(name, context_window=WINDOW), tools=5, instructions=SHORT_INSTRUCTIONS
-    )
+    ctx_profile = profile(name, context_window=WINDOW)
+    agent = realistic_agent(meter, ctx_profile, tools=5, instructions=SHORT_INSTRUCTIONS)
     result = agent.run_sync('analyse the data')
     assert meter.counter.count_text(BIG) > 20_000
     assert len(meter.totals) == 7
@@ -179,10 +178,11 @@ def test_a_20k_code_execution_result_fits_at_16k_on_the_live_path(name: str) -> 
         if getattr(p, 'tool_call_id', None) == 'srv1' and p.part_kind == 'builtin-tool-return'
     )
     assert marker(later)['kind'] in {'masked', 'trimmed'}
-    page = read_context('srv1', result.all_messages(), limit=5)
+    page = read_context('srv1', result.all_messages(), ctx_profile.archive, limit=5)
     assert BIG.splitlines()[0] in page
     assert 'code_execution result' in page
-    assert result.all_messages()[1].parts[2].content == code_result(BIG)  # the log is whole
+    if PYDANTIC_AI_MAJOR >= 2:  # the capability leaves the log whole
+        assert result.all_messages()[1].parts[2].content == code_result(BIG)
 
 
 async def test_the_same_text_as_a_function_result_and_as_a_native_result_is_clamped_alike() -> None:

@@ -335,3 +335,26 @@ def test_search_context_finds_native_results() -> None:
     hits = search_context('NEEDLE_IN_STDOUT', log)
     assert "'s1'" in hits or 's1' in hits
     assert needle in hits
+
+
+async def test_an_old_tool_search_stays_whole_as_it_declares_tools() -> None:
+    found = {
+        'discovered_tools': [{'name': f'deferred_{i}', 'description': prose(30, seed=i)} for i in range(30)]
+    }
+    h = History().user('find a tool and use it')
+    h.messages.append(
+        ModelResponse(
+            parts=[
+                *native_pair('tool_search', {'queries': ['weather']}, found, 'ts1'),
+                ToolCallPart('deferred_1', {'path': 'a'}, tool_call_id='c0'),
+            ]
+        )
+    )
+    h.messages.append(ModelRequest(parts=[messages.ToolReturnPart('deferred_1', 'sunny', tool_call_id='c0')]))
+    for i in range(1, 16):
+        h.step(Tool('read_file', {'path': f'src/m{i}.py'}, prose(200, seed=i)))
+    log = h.build()
+    view = await profile('coding', context_window=8_000, counter=HeuristicCounter()).compile(log)
+    kept = [p for m in view for p in m.parts if getattr(p, 'tool_call_id', None) == 'ts1']
+    assert [p.part_kind for p in kept] == ['builtin-tool-call', 'builtin-tool-return']
+    assert kept[1].content == found

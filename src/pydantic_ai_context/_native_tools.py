@@ -17,7 +17,8 @@ together with its call ("whole" below).
 | `code_execution` (OpenAI Responses `{'status', 'logs'}`) | `logs` | editable (not sent back: replayed by id) |
 | `mcp_server:*` (`{'content': [text blocks], 'is_error'}`) | the text blocks | editable |
 | any kind, text content | the text | editable |
-| `web_search`, `web_fetch`, `advisor`, tool search, image generation, file search, others | | whole |
+| `web_search`, `web_fetch`, `advisor`, image generation, file search, others | | whole |
+| tool search | | whole, and never removed (it declares the tools later calls use) |
 | any result with an `encrypted…` key | | whole |
 """
 
@@ -40,6 +41,7 @@ __all__ = (
     'editable_fields',
     'is_native_call',
     'is_native_return',
+    'is_tool_search',
     'native_calls',
     'native_returns',
     'output_text',
@@ -72,6 +74,13 @@ def is_native_call(part: Any) -> TypeGuard[Any]:
 def is_native_return(part: Any) -> TypeGuard[Any]:
     """The result of a native tool call, recorded in the response that made the call."""
     return getattr(part, 'part_kind', None) in NATIVE_RETURN_KINDS
+
+
+def is_tool_search(part: Any) -> bool:
+    """A native tool search (its results declare deferred tools that later calls may use)."""
+    return getattr(part, 'tool_kind', None) == 'tool-search' or str(
+        getattr(part, 'tool_name', '')
+    ).startswith('tool_search')
 
 
 def native_returns(message: ModelMessage) -> list[Any]:

@@ -31,10 +31,12 @@ REMOVED_KEY: Final = 'native_tokens'
 
 
 def removable(part: Any, exclude: AbstractSet[str] = frozenset()) -> bool:
-    """A native result that may leave the view only whole: not editable, not pinned, not failed."""
+    """A native result that may leave the view only whole: not editable, not pinned, not failed, and
+    not a tool search (small, and what it found declares the tools later calls use: it stays)."""
     return (
         _native_tools.is_native_return(part)
         and _native_tools.editable_fields(part) is None
+        and not _native_tools.is_tool_search(part)
         and not _parts.is_pinned(part)
         and not _parts.is_failed_result(part)
         and part.tool_name not in exclude

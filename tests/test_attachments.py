@@ -103,6 +103,19 @@ def test_an_unknown_provider_counts_an_image_as_the_highest_of_them(size: tuple[
     assert unknown == max(image_tokens(*size, p) for p in ('anthropic', 'openai', 'google'))
 
 
+def test_openai_patch_models_count_32_px_patches() -> None:
+    assert image_tokens(1200, 900, 'openai', model='gpt-4.1-mini') == 38 * 29
+    assert image_tokens(4000, 3000, 'openai', model='o4-mini') == 1536
+    assert image_tokens(1200, 900, 'openai', model='gpt-4o') == 765
+    image = BinaryContent(png(1200, 900), media_type='image/png')
+    assert attachment_tokens(image, 'openai', len, model='gpt-5-nano-2025-08-07') == 38 * 29
+    # The process-wide counters of models priced alike are shared, of others not.
+    message = ModelRequest(parts=[UserPromptPart([image])])
+    tiles, patches = default_counter('openai:gpt-4o'), default_counter('openai:gpt-4.1-mini')
+    assert tiles is not patches
+    assert patches.count_message(message) - tiles.count_message(message) == 38 * 29 - 765
+
+
 def test_openai_low_detail_and_gemini_3() -> None:
     image = BinaryContent(png(1200, 900), media_type='image/png', vendor_metadata={'detail': 'low'})
     assert attachment_tokens(image, 'openai', len) == 85

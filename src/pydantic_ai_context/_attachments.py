@@ -12,7 +12,7 @@ Per provider (`provider_of` tells which from the model):
 | provider | image | PDF page |
 |---|---|---|
 | `anthropic` | `w × h / 750`, scaled to a long edge ≤ 1568 px and ≤ 1.15 MP | 2,500 |
-| `openai` | `85 + 170 × tiles` of 512 px (fit 2048², shortest side ≤ 768); `detail='low'`: 85 | 1,500 |
+| `openai` | `85 + 170 × tiles` of 512 px (fit 2048², short side ≤ 768); `low`: 85; mini/nano: patches | 1,500 |
 | `google` | 258 a tile (one tile ≤ 384², else tiles of `min(w, h) / 1.5`); Gemini 3: 1,120 | 258 (3: 560) |
 | unknown | the largest of the three | 3,000 |
 
@@ -46,6 +46,7 @@ __all__ = (
     'image_size',
     'image_tokens',
     'pdf_pages',
+    'pricing_of',
     'provider_of',
 )
 
@@ -102,6 +103,13 @@ def provider_of(model: str | Model | None) -> str | None:
     return None
 
 
+def pricing_of(model: str | Model | None) -> tuple[str | None, bool, bool]:
+    """What decides a model's attachment counts: its provider, and whether it follows Gemini 3's flat
+    rates or OpenAI's 32 px patches (models alike in these count attachments alike)."""
+    name = _model_name(model) or ''
+    return provider_of(model), 'gemini-3' in name, any(patch in name for patch in _PATCH_MODELS)
+
+
 def image_tokens(
     width: int, height: int, provider: str | None, *, model: str = '', detail: Any = None
 ) -> int:
@@ -121,6 +129,8 @@ def image_tokens(
     if provider == 'anthropic':
         return _anthropic(width, height)
     if provider == 'openai':
+        if any(name in model for name in _PATCH_MODELS):
+            return _openai_patches(width, height)
         return 85 if detail == 'low' else _openai(width, height)
     if provider == 'google':
         return GEMINI3_IMAGE_TOKENS if 'gemini-3' in model else _gemini(width, height)
@@ -145,6 +155,14 @@ def _openai(width: int, height: int) -> int:
         w, h = w * s, h * s
     tiles = math.ceil(w / 512) * math.ceil(h / 512)
     return 85 + 170 * tiles
+
+
+_PATCH_MODELS: Final = ('gpt-4.1-mini', 'gpt-4.1-nano', 'o4-mini', 'gpt-5-mini', 'gpt-5-nano')
+"""OpenAI models that read an image as 32 px patches (at most 1,536) rather than 512 px tiles."""
+
+
+def _openai_patches(width: int, height: int) -> int:
+    return min(math.ceil(width / 32) * math.ceil(height / 32), 1536)
 
 
 def _gemini(width: int, height: int) -> int:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_chec
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from ._attachments import MEDIA_TOKENS, attachment_tokens, provider_of
+from ._attachments import MEDIA_TOKENS, attachment_tokens, pricing_of, provider_of
 from ._encodings import _DOWNLOADED_FILES as _DOWNLOADED_FILES
 from ._encodings import _LOAD_LOCK as _LOAD_LOCK
 from ._encodings import _QUICKTOK_ENCODINGS as _QUICKTOK_ENCODINGS
@@ -527,7 +527,7 @@ class TiktokenCounter(_MessageCounter):
         return self._count(text) if text else 0
 
 
-_DEFAULT_COUNTERS: dict[tuple[str, bool, str | None, bool], TiktokenCounter] = {}
+_DEFAULT_COUNTERS: dict[tuple[str, bool, str | None, bool, bool], TiktokenCounter] = {}
 _DEFAULT_COUNTERS_LOCK: Final = threading.Lock()
 
 
@@ -546,10 +546,9 @@ def default_counter(model: str | Model | None = None) -> TiktokenCounter:
     """
     encoding = encoding_for_model(model)
     own = encoding_is_models_own(model)
-    # Attachments are counted by the serving provider's pricing (and Gemini 3's own flat rates).
-    provider = provider_of(model)
-    name = _model_name(model) or ''
-    key = (encoding, own, provider, 'gemini-3' in name)
+    # Attachments are counted by the serving provider's pricing (Gemini 3's flat rates, OpenAI's patches).
+    pricing = pricing_of(model)
+    key = (encoding, own, *pricing)
     with _DEFAULT_COUNTERS_LOCK:
         found = _DEFAULT_COUNTERS.get(key)
         if found is None:
@@ -557,7 +556,7 @@ def default_counter(model: str | Model | None = None) -> TiktokenCounter:
             found = _DEFAULT_COUNTERS[key] = TiktokenCounter(
                 model=model if not own else None, encoding=encoding if own else None
             )
-            found.attachments, found.attachment_model = provider, name
+            found.attachments, found.attachment_model = pricing[0], _model_name(model) or ''
         return found
 
 

@@ -209,7 +209,7 @@ def test_heuristic_fallback_warns_once_per_process(
 
 def test_loaded_encodings_are_shared_by_the_process() -> None:
     assert TiktokenCounter().encoding is TiktokenCounter(model='claude-sonnet-4-5').encoding
-    assert default_counter('openai:gpt-4o') is default_counter('gpt-4.1-mini')
+    assert default_counter('openai:gpt-4o') is default_counter('gpt-4.1')  # same encoding, same pricing
     assert default_counter('openai:gpt-4o') is not default_counter(None)
 
 

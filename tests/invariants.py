@@ -46,8 +46,29 @@ def assert_valid(view: Sequence[ModelMessage]) -> None:
 def assert_all(
     log: Sequence[ModelMessage], snapshot: Sequence[ModelMessage], view: Sequence[ModelMessage]
 ) -> None:
-    """Invariants 1, 2, 4, 7 and 8 (`snapshot` is a deep copy of `log` taken before compiling)."""
+    """Invariants 1, 2 (native tool calls and results included), 4, 7 and 8 (`snapshot` is a deep copy
+    of `log` taken before compiling)."""
     assert list(log) == list(snapshot), 'the input was mutated'
     assert_valid(view)
     assert_framing_kept(log, view)
     assert_pinned_kept(log, view)
+    assert_native_pairs(log, view)
+
+
+def assert_native_pairs(log: Sequence[ModelMessage], view: Sequence[ModelMessage]) -> None:
+    """Native tool calls and results stay together: a result in a view's response has its call in
+    that response, and a call whose result the log holds still has it (or both are gone)."""
+    returned = {
+        p.tool_call_id for m in log for p in m.parts if getattr(p, 'part_kind', None) == 'builtin-tool-return'
+    }
+    for message in view:
+        calls = {
+            p.tool_call_id for p in message.parts if getattr(p, 'part_kind', None) == 'builtin-tool-call'
+        }
+        results = {
+            p.tool_call_id for p in message.parts if getattr(p, 'part_kind', None) == 'builtin-tool-return'
+        }
+        assert results <= calls, f'native results without their call: {sorted(results - calls)}'
+        assert calls & returned <= results, (
+            f'native calls without their result: {sorted(calls & returned - results)}'
+        )

@@ -174,22 +174,30 @@ def realistic_agent(
     capability: bool | None = None,
     tools: int = 25,
     instructions: str = INSTRUCTIONS,
+    extra_tools: Sequence[Tool[Any]] = (),
     **kwargs: Any,
 ) -> Agent[None, str]:
     """The agent, with `profile` as a capability (2.x default) or as a history processor
-    (`history_processors=` on 1.x, the 1.x default; `ProcessHistory` on 2.x)."""
+    (`history_processors=` on 1.x, the 1.x default; `ProcessHistory` on 2.x); `extra_tools` join
+    the `tools` generated ones."""
     model = FunctionModel(meter.__call__)
     if capability is None:
         capability = PYDANTIC_AI_MAJOR >= 2
     if capability:
         return Agent(
-            model, instructions=instructions, tools=make_tools(tools), capabilities=[profile], **kwargs
+            model,
+            instructions=instructions,
+            tools=[*make_tools(tools), *extra_tools],
+            capabilities=[profile],
+            **kwargs,
         )
     if PYDANTIC_AI_MAJOR >= 2:
         processors: dict[str, Any] = {'capabilities': [profile.process_history()]}
     else:
         processors = {'history_processors': profile.history_processors}
-    return Agent(model, instructions=instructions, tools=make_tools(tools), **processors, **kwargs)
+    return Agent(
+        model, instructions=instructions, tools=[*make_tools(tools), *extra_tools], **processors, **kwargs
+    )
 
 
 def tool_results(messages: Sequence[ModelMessage]) -> list[ToolReturnPart]:

@@ -7,7 +7,9 @@ import warnings
 from typing import Any
 
 from hypothesis import strategies as st
+from pydantic_ai import messages
 from pydantic_ai.messages import (
+    BinaryContent,
     ModelMessage,
     ModelRequest,
     ModelResponse,
@@ -22,6 +24,15 @@ from pydantic_ai.messages import (
 
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR
 
+from .media import jpeg, png
+
+NativeCall: Any = getattr(messages, 'NativeToolCallPart', None) or getattr(
+    messages, 'BuiltinToolCallPart', None
+)
+NativeReturn: Any = getattr(messages, 'NativeToolReturnPart', None) or getattr(
+    messages, 'BuiltinToolReturnPart', None
+)
+
 TOOLS = ('read_file', 'execute_bash', 'str_replace_editor', 'grep', 'think', 'browser_get_state')
 PATHS = ('src/app/models.py', 'tests/test_models.py', 'README.md', 'lib/util.js', 'pkg/core/io.go')
 
@@ -30,7 +41,11 @@ texts = st.text(alphabet=st.characters(codec='utf-8', exclude_categories=['Cs'])
 
 @st.composite
 def tool_output(draw: st.DrawFn) -> Any:
-    kind = draw(st.sampled_from(['short', 'long', 'error', 'dict', 'list']))
+    kind = draw(st.sampled_from(['short', 'long', 'error', 'dict', 'list', 'image', 'files']))
+    if kind == 'image':  # a file returned on its own
+        return draw(attachments())
+    if kind == 'files':  # text and files in one result
+        return [draw(texts), draw(attachments())]
     if kind == 'short':
         return draw(texts)
     if kind == 'long':
@@ -48,6 +63,41 @@ def tool_output(draw: st.DrawFn) -> Any:
             'path': draw(st.sampled_from(PATHS)),
         }
     return [draw(texts) for _ in range(draw(st.integers(0, 3)))]
+
+
+@st.composite
+def attachments(draw: st.DrawFn) -> BinaryContent:
+    """A small image (PNG or JPEG, at most 384 px a side: about 260 tokens for any provider), so that
+    a generated step still fits the small windows property tests use; PDFs and large images are
+    tested in `test_attachments` and `test_multimodal_agent`."""
+    width, height = draw(st.sampled_from([(64, 48), (320, 240), (384, 200)]))
+    if draw(st.booleans()):
+        return BinaryContent(png(width, height), media_type='image/png')
+    return BinaryContent(jpeg(width, height), media_type='image/jpeg')
+
+
+@st.composite
+def native_steps(draw: st.DrawFn, call_id: str) -> list[Any]:
+    """A native (provider-side) call and its result, as a response records them: code execution
+    (editable output, short or long) or a web search (encrypted: must go back whole)."""
+    if NativeCall is None:
+        return []
+    if draw(st.booleans()):
+        n = draw(st.sampled_from([1, 300]))
+        stdout = '\n'.join(f'{draw(st.sampled_from(PATHS))}:{i}: value {i}' for i in range(n))
+        content: Any = {'type': 'code_execution_result', 'stdout': stdout, 'stderr': '', 'return_code': 0}
+        name, args = 'code_execution', {'code': 'print(values)'}
+    else:
+        n = draw(st.integers(1, 4))
+        content = [
+            {'type': 'web_search_result', 'url': f'https://e.com/{i}', 'encrypted_content': 'Eq' * 300}
+            for i in range(n)
+        ]
+        name, args = 'web_search', {'query': draw(texts)}
+    return [
+        NativeCall(name, args, tool_call_id=call_id, provider_name='anthropic'),
+        NativeReturn(name, content, tool_call_id=call_id, provider_name='anthropic'),
+    ]
 
 
 @st.composite
@@ -105,7 +155,10 @@ def histories(
         parts: list[Any] = []
         if run == 0 and draw(st.booleans()):
             parts.append(SystemPromptPart('You are a careful coding agent.'))
-        parts.append(UserPromptPart(f'task {run}: ' + draw(texts)))
+        prompt = f'task {run}: ' + draw(texts)
+        parts.append(
+            UserPromptPart([prompt, draw(attachments())] if draw(st.integers(0, 4)) == 0 else prompt)
+        )
         meta = {'pinned': True} if draw(st.integers(0, 9)) == 0 else None
         messages.append(ModelRequest(parts=parts, metadata=meta, **rid))
         for _ in range(draw(st.integers(0, max_steps))):
@@ -130,6 +183,9 @@ def histories(
                 )
             elif draw(st.booleans()):
                 head.append(TextPart('Let me look. ' + draw(texts)))
+            if draw(st.integers(0, 3)) == 0:
+                counter += 1
+                head += draw(native_steps(f'srv{counter}'))
             messages.append(ModelResponse(parts=[*head, *calls], **rid))
             results = []
             for call in calls:

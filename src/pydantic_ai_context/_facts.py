@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from pydantic_ai.messages import RetryPromptPart, ToolCallPart
 
-from . import _parts
+from . import _native_tools, _parts
 from ._memo import PART_FIELDS, ObjectMemo
 from ._scope import scope_text_memo
 
@@ -319,7 +319,7 @@ def result_status(result_part: Any, exit_code: int | None) -> str:
 def _result_text(result_part: Any) -> str:
     if isinstance(result_part, RetryPromptPart):
         return _parts.part_text(result_part)
-    return _parts.tool_content_text(getattr(result_part, 'content', None))
+    return _native_tools.result_text(result_part)
 
 
 def _result_exit_code(result_part: Any, facts: Facts) -> int | None:

@@ -20,7 +20,7 @@ from typing import Any, Final, Protocol
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 
-from . import _parts, _scope
+from . import _native_tools, _parts, _scope
 from ._memo import ObjectMemo
 
 READ_CONTEXT: Final = 'read_context'
@@ -95,6 +95,9 @@ def mark_result(
         originals.keep_result(ref, part)
     content = text if ref_in_text else with_ref(text, ref)
     metadata = _parts.with_marker(part.metadata, {**record, 'ref': ref})
+    if _native_tools.is_native_return(part):
+        # A native result keeps the shape its provider gave it: only its output text changes.
+        return _native_tools.with_output(part, content, metadata)
     return dataclasses.replace(part, content=content, metadata=metadata)
 
 

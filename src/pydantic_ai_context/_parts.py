@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final, TypeGuard
 
 import pydantic_ai
+import pydantic_ai.messages
 import pydantic_core
 from pydantic_ai.messages import (
     ModelMessage,
@@ -352,7 +353,18 @@ def user_content_text(content: Any) -> str:
     return '\n'.join(out)
 
 
+_FILE_TYPES: Final = tuple(
+    t
+    for t in (getattr(pydantic_ai.messages, n, None) for n in ('BinaryContent', 'FileUrl', 'UploadedFile'))
+    if isinstance(t, type)
+)
+"""pydantic-ai's file types (images, audio, video, documents; bytes, URLs and uploaded files)."""
+
+
 def is_binary_item(item: Any) -> bool:
+    """An image, audio clip, video or document (as bytes, a URL or an uploaded file)."""
+    if isinstance(item, _FILE_TYPES):
+        return True
     kind = getattr(item, 'kind', None)
     return kind is not None and kind not in {'text-content', 'structured-content', 'cache-point'}
 
@@ -386,6 +398,8 @@ def part_text(part: Any) -> str:
 def tool_content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
+    if isinstance(content, _FILE_TYPES):
+        return ''  # a file returned on its own (`return BinaryContent(...)`): sent as the file, not as text
     if isinstance(content, list | tuple) and any(is_binary_item(i) for i in content):
         return '\n'.join(to_text(i) for i in content if not is_binary_item(i))
     return to_text(content)

@@ -1,8 +1,9 @@
 """Counting the tokens of text and messages, exactly with tiktoken or by a calibrated estimate.
 
 Every count here is model-agnostic: a message costs the tokens of its parts' text (as
-`pydantic_ai_context._parts.part_text` renders them) plus a small, documented framing overhead,
-and each image, audio clip or document costs a flat `BINARY_ITEM_TOKENS`.
+`pydantic_ai_context._parts.part_text` renders them) plus a small, documented framing overhead;
+each image and document costs what the serving provider bills for it (by its size and pages, see
+`_attachments`), and each audio clip or video a flat `BINARY_ITEM_TOKENS`.
 Providers frame messages differently, so where a provider has *measured* a request, prefer its number:
 [`measure_context`][pydantic_ai_context.tokens.measure_context] anchors on it.
 
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_chec
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
+from ._attachments import MEDIA_TOKENS, attachment_tokens, pricing_of, provider_of
 from ._encodings import _DOWNLOADED_FILES as _DOWNLOADED_FILES
 from ._encodings import _LOAD_LOCK as _LOAD_LOCK
 from ._encodings import _QUICKTOK_ENCODINGS as _QUICKTOK_ENCODINGS
@@ -77,12 +79,12 @@ MESSAGE_OVERHEAD_TOKENS: Final = 4
 PART_OVERHEAD_TOKENS: Final = 3
 """Tokens added per part for its content-block framing: a tool call's id, a tool result's header."""
 
-BINARY_ITEM_TOKENS: Final = 765
-"""Tokens counted for each image, audio clip, video or document, wherever it appears.
+BINARY_ITEM_TOKENS: Final = MEDIA_TOKENS
+"""Tokens counted for an audio clip or a video, wherever it appears (their length is not read).
 
-765 is what OpenAI bills for a 1024×1024 image at high detail (85 + 4 × 170). Real costs vary
-with size and provider, and audio or long PDFs can cost far more: this is a documented flat
-guess so that attachments are never counted as free.
+765 is what OpenAI bills for a 1024×1024 image at high detail (85 + 4 × 170). Images and documents
+are counted as the serving provider bills them instead (by their size and pages; see the docs'
+*How exact are the counts*).
 """
 
 DEFAULT_CACHE_SIZE: Final = 50_000
@@ -160,6 +162,11 @@ class _MessageCounter:
 
     name: str
     exact: bool
+    attachments: str | None = None
+    """Whose pricing counts images and documents: `'anthropic'`, `'openai'`, `'google'`, or `None`
+    (unknown: the highest of them)."""
+    attachment_model: str = ''
+    """The model's name, for the few per-model rules (Gemini 3's flat image and page counts)."""
 
     def __init__(self, *, cache_size: int) -> None:
         if cache_size < 0:
@@ -177,11 +184,17 @@ class _MessageCounter:
     def count_text(self, text: str) -> int:  # pragma: no cover - every subclass overrides it
         raise NotImplementedError
 
+    def _attachments_for(self, model: str | Model | None) -> None:
+        """Count images and documents as the provider serving `model` bills them."""
+        self.attachments = provider_of(model)
+        self.attachment_model = _model_name(model) or ''
+
     def count_message(self, message: ModelMessage) -> int:
         """The tokens of one message: its parts, framing, and its `instructions` if it is a request.
 
-        Per part: the tokens of its text plus `PART_OVERHEAD_TOKENS`, and `BINARY_ITEM_TOKENS` per
-        image, audio clip or document it carries. Per message: `MESSAGE_OVERHEAD_TOKENS`.
+        Per part: the tokens of its text plus `PART_OVERHEAD_TOKENS`, plus each image or document it
+        carries as the provider bills it (`attachments`), and `BINARY_ITEM_TOKENS` per audio clip or
+        video. Per message: `MESSAGE_OVERHEAD_TOKENS`.
         """
         entry = self._entry(message)
         return entry.parts_tokens + entry.instructions_tokens
@@ -262,7 +275,11 @@ class _MessageCounter:
         tokens = PART_OVERHEAD_TOKENS + (self._text_tokens(text) if text else 0)
         content = getattr(part, 'content', None)
         if content is not None and not isinstance(content, str):
-            tokens += BINARY_ITEM_TOKENS * sum(1 for item in content_items(content) if is_binary_item(item))
+            for item in content_items(content):
+                if is_binary_item(item):
+                    tokens += attachment_tokens(
+                        item, self.attachments, self.count_text, model=self.attachment_model
+                    )
         return tokens
 
     def __repr__(self) -> str:
@@ -435,10 +452,17 @@ class HeuristicCounter(_MessageCounter):
         ```
     """
 
-    def __init__(self, *, chars_per_token: float | None = None, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
+    def __init__(
+        self,
+        *,
+        chars_per_token: float | None = None,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        model: str | Model | None = None,
+    ) -> None:
         if chars_per_token is not None and not chars_per_token > 0:
             raise ValueError(f'chars_per_token must be > 0, got {chars_per_token}')
         super().__init__(cache_size=cache_size)
+        self._attachments_for(model)
         self.chars_per_token = chars_per_token
         """A fixed characters-per-token ratio, or `None` for the calibrated estimate."""
         self.name = 'heuristic' if chars_per_token is None else f'heuristic:{chars_per_token:g}'
@@ -508,6 +532,7 @@ class TiktokenCounter(_MessageCounter):
         with a model."""
         if encoding is not None and model is None:
             self.models_own = True  # an encoding asked for by name is its own reference
+        self._attachments_for(model)
         loaded = _resolve_encoding(self.requested_encoding)
         self.encoding: Any = loaded
         """The encoding in use (tiktoken's, or quicktok's with the `o200k` extra), or `None` when
@@ -531,7 +556,7 @@ class TiktokenCounter(_MessageCounter):
         return self._count(text) if text else 0
 
 
-_DEFAULT_COUNTERS: dict[tuple[str, bool], TiktokenCounter] = {}
+_DEFAULT_COUNTERS: dict[tuple[str, bool, str | None, bool, bool], TiktokenCounter] = {}
 _DEFAULT_COUNTERS_LOCK: Final = threading.Lock()
 
 
@@ -550,13 +575,17 @@ def default_counter(model: str | Model | None = None) -> TiktokenCounter:
     """
     encoding = encoding_for_model(model)
     own = encoding_is_models_own(model)
+    # Attachments are counted by the serving provider's pricing (Gemini 3's flat rates, OpenAI's patches).
+    pricing = pricing_of(model)
+    key = (encoding, own, *pricing)
     with _DEFAULT_COUNTERS_LOCK:
-        found = _DEFAULT_COUNTERS.get((encoding, own))
+        found = _DEFAULT_COUNTERS.get(key)
         if found is None:
             # A stand-in encoding (a Claude or Gemini model) counts the same but is not exact.
-            found = _DEFAULT_COUNTERS[encoding, own] = TiktokenCounter(
+            found = _DEFAULT_COUNTERS[key] = TiktokenCounter(
                 model=model if not own else None, encoding=encoding if own else None
             )
+            found.attachments, found.attachment_model = pricing[0], _model_name(model) or ''
         return found
 
 

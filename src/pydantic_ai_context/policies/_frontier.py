@@ -197,6 +197,10 @@ def _nominal(message: ModelMessage, counter: TokenCounter) -> tuple[int, int]:
         total += tokens
         if _parts.is_tool_result(part):
             results += tokens
+    # Native tool calls and results removed together (see `mask_observations`) count as they were.
+    removed = record.get('native_tokens')
+    if isinstance(removed, dict):
+        total += sum(n for n in removed.values() if isinstance(n, int))
     return _NOMINAL.put(message, (total, results), counter_key(counter))
 
 

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
-from pydantic_ai_context import _markers, _parts
+from pydantic_ai_context import _markers, _native_tools, _parts
 from pydantic_ai_context._prefix import first_difference
 from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.errors import ContextBudgetExceeded
@@ -43,7 +43,7 @@ from ._fit_plan import _KINDS as _KINDS
 from ._fit_plan import _NEVER, _STEP, _Dropped, _Plan, _Reading
 from ._fit_plan import _STEP_REQUEST_KINDS as _STEP_REQUEST_KINDS
 from ._fit_plan import _unit_kind as _unit_kind
-from .trim import clip_arguments, shorten_results
+from .trim import clip_arguments, shorten_native_results, shorten_results
 
 __all__ = ('FitToBudget', 'fit_to_budget')
 
@@ -401,11 +401,16 @@ class FitToBudget(SyncPolicy):
                     out[i] = shorter
                     trimmed += 1
         # The calls of the recency window have been made: their long arguments (file contents
-        # sent to an editor) can be clipped like old ones; paths and commands stay whole.
+        # sent to an editor) can be clipped like old ones; paths and commands stay whole. Native
+        # tool results in its responses are trimmed like the requests' results.
         for i in range(plan.head_end, len(out)):
             message = out[i]
             if isinstance(message, ModelResponse) and not _parts.message_pinned(message):
                 clipped = clip_arguments(message, max_chars=self.clip_chars, counter=counter)
+                if _native_tools.native_returns(clipped):
+                    clipped = shorten_native_results(
+                        clipped, max_tokens=self.trim_tokens, counter=counter, originals=context.originals
+                    )
                 if clipped is not message:
                     out[i] = clipped
                     trimmed += 1

@@ -9,9 +9,9 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 
-from pydantic_ai_context import _facts, _markers, _parts
+from pydantic_ai_context import _facts, _markers, _native_tools, _parts
 from pydantic_ai_context._memo import ObjectMemo, remembered_copy
 from pydantic_ai_context.views import CompileContext
 
@@ -23,6 +23,7 @@ from ._frontier import (
     nominal_part_tokens,
     unresolved_failures,
 )
+from ._native import removable, without_native_pairs
 
 __all__ = ('DEFAULT_EXCLUDED_TOOLS', 'MaskObservations', 'mask_observations')
 
@@ -160,6 +161,23 @@ class MaskObservations(SyncPolicy):
                 if new_message is not message:
                     out[i] = new_message
                     masked_at.append(i)
+            elif (
+                isinstance(message, ModelResponse)
+                and not _parts.message_pinned(message)
+                and _native_tools.native_returns(message)
+            ):
+                new_response = remembered_copy(
+                    self._memo,
+                    message,
+                    ('native', counter_key(context.counter)),
+                    self._mask_native,
+                    message,
+                    context,
+                    size=_masked_size,
+                )
+                if new_response is not message:
+                    out[i] = new_response
+                    masked_at.append(i)
             if self.skip_seen_facts:
                 for fact in self._visible_facts(out[i]) - seen:
                     first_seen[fact] = i
@@ -240,6 +258,35 @@ class MaskObservations(SyncPolicy):
                     parts[j] = new_part
                     changed = True
         return dataclasses.replace(message, parts=parts) if changed else message
+
+    def _mask_native(self, message: ModelResponse, context: CompileContext) -> ModelResponse:
+        """`message` with its old native tool results masked: an editable one's output becomes its
+        digest (in the shape its provider gave it); one that must go back unmodified leaves the view
+        with its call, a line saying what it was in their place (see `_native_tools`)."""
+        parts: list[Any] = list(message.parts)
+        changed = False
+        removed: set[str] = set()
+        for j, part in enumerate(parts):
+            if removable(part, self.exclude_tools):
+                removed.add(part.tool_call_id)
+                continue
+            if (
+                not _native_tools.is_native_return(part)
+                or _parts.is_pinned(part)
+                or part.tool_name in self.exclude_tools
+                or _parts.is_failed_result(part)
+                or _native_tools.editable_fields(part) is None
+            ):
+                continue
+            record = _parts.marker(part)
+            if record is not None and record.get('kind') not in _UPGRADABLE:
+                continue
+            new_part = self._mask(part, None, frozenset(), frozenset(), context)
+            if new_part is not None:
+                parts[j] = new_part
+                changed = True
+        out = dataclasses.replace(message, parts=parts) if changed else message
+        return without_native_pairs(out, removed, context)
 
     def _may_mask(self, part: Any, failures: AbstractSet[str]) -> bool:
         # RetryPromptPart (pydantic-ai 1.x retries) has no metadata to carry a marker: it stays.
@@ -337,7 +384,7 @@ class MaskObservations(SyncPolicy):
             prefer=again,
             with_call=self.repeat_call,
         )
-        text = _parts.tool_content_text(part.content)
+        text = _native_tools.result_text(part)
         if len(_markers.with_ref(line, part.tool_call_id)) >= len(text):
             return None
         record = _parts.marker(part) or {}

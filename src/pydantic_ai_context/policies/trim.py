@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 
-from pydantic_ai_context import _facts, _markers, _parts
+from pydantic_ai_context import _facts, _markers, _native_tools, _parts
 from pydantic_ai_context._memo import PART_FIELDS, ObjectMemo, remembered_copy
 from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import CompileContext
@@ -26,8 +26,15 @@ from ._frontier import (
     part_text_tokens,
     unresolved_failures,
 )
+from ._native import shortened_native
 
-__all__ = ('TrimToolOutputs', 'clip_arguments', 'shorten_results', 'trim_tool_outputs')
+__all__ = (
+    'TrimToolOutputs',
+    'clip_arguments',
+    'shorten_native_results',
+    'shorten_results',
+    'trim_tool_outputs',
+)
 
 TRIMMED: Final = 'trimmed'
 CLAMPED: Final = 'clamped'
@@ -140,8 +147,7 @@ class TrimToolOutputs(SyncPolicy):
     def _needs_clamp(message: ModelMessage, clamp_at: int | None, counter: TokenCounter) -> bool:
         return (
             clamp_at is not None
-            and isinstance(message, ModelRequest)
-            and bool(_parts.tool_results(message))
+            and bool(_parts.tool_results(message) or _native_tools.native_returns(message))
             and not _parts.message_pinned(message)
             and message_tokens(counter, message) > clamp_at
         )
@@ -234,20 +240,45 @@ class TrimToolOutputs(SyncPolicy):
             return None, failures
         old = i < frontier
         if isinstance(message, ModelResponse):
-            if old and self.max_arg_chars > 0:
+            # Native tool results live in the response: shortened like a request's results.
+            limit = self.max_tokens if old else clamp_at
+            kind: str | None = None
+            new_response = message
+            if (
+                limit is not None
+                and _native_tools.native_returns(message)
+                and message_tokens(counter, message) > limit
+            ):
                 new_response = remembered_copy(
                     self._memo,
                     message,
-                    ('clip', counter_key(counter)),
-                    self._clip_calls,
+                    ('native', old, limit, counter_key(counter)),
+                    _trimmed_native,
+                    self,
                     message,
-                    counter,
+                    old,
+                    limit,
+                    clamp_at,
+                    context,
                     size=_text_size,
                 )
                 if new_response is not message:
-                    out[i] = new_response
-                    return 'clipped', failures
-            return None, failures
+                    kind = TRIMMED if old else CLAMPED
+            if old and self.max_arg_chars > 0:
+                clipped = remembered_copy(
+                    self._memo,
+                    new_response,
+                    ('clip', counter_key(counter)),
+                    self._clip_calls,
+                    new_response,
+                    counter,
+                    size=_text_size,
+                )
+                if clipped is not new_response:
+                    new_response = clipped
+                    kind = kind or 'clipped'
+            out[i] = new_response
+            return kind, failures
         if not isinstance(message, ModelRequest) or not _parts.tool_results(message):
             return None, failures
         if old:
@@ -402,6 +433,32 @@ class TrimToolOutputs(SyncPolicy):
         return dataclasses.replace(message, parts=parts, metadata=metadata)
 
 
+def _trimmed_native(
+    policy: TrimToolOutputs,
+    message: ModelResponse,
+    old: bool,
+    limit: int,
+    clamp_at: int | None,
+    context: CompileContext,
+    *,
+    reclamp: bool = False,
+) -> ModelResponse:
+    """`message` with its native tool results over `limit` cut to head + tail (see `_native`)."""
+    keep = policy.keep_tokens if old else clamp_at
+    if keep is None:
+        return message
+    return shortened_native(
+        message,
+        old=old,
+        limit=limit,
+        keep=keep,
+        reclamp=reclamp,
+        context=context,
+        head_tail=policy._head_tail,
+        policy=policy.name,
+    )
+
+
 def _text_size(message: ModelMessage) -> int:
     """What a trimmed or clipped copy holds beyond the original: its new text (an upper bound)."""
     return sum(len(_parts.part_text(p)) for p in message.parts if _parts.marker(p)) + (
@@ -512,6 +569,46 @@ def shorten_results(
         # fit together: the room left is what counts here, so a clamped result is clamped again.
         return trim._trim_request(message, False, max_tokens, max_tokens, frozenset(), context, reclamp=True)
     return trim._trim_request(message, True, max_tokens, None, frozenset(), context)
+
+
+def shorten_native_results(
+    message: ModelResponse,
+    *,
+    max_tokens: int,
+    counter: TokenCounter,
+    recent: bool = False,
+    originals: _markers.OriginalsSink | None = None,
+) -> ModelResponse:
+    """`message` with every editable native tool result over `max_tokens` cut to head + tail of
+    about that size, in the shape its provider gave it (`shorten_results` for the results a
+    response carries; results that must go back unmodified stay as they are).
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelResponse, NativeToolCallPart, NativeToolReturnPart
+
+        from pydantic_ai_context import HeuristicCounter
+        from pydantic_ai_context.policies.trim import shorten_native_results
+
+        output = {'type': 'code_execution_result', 'stdout': 'row ' * 5_000, 'stderr': '', 'return_code': 0}
+        response = ModelResponse(
+            parts=[
+                NativeToolCallPart('code_execution', {'code': 'print(rows)'}, tool_call_id='s1'),
+                NativeToolReturnPart('code_execution', output, tool_call_id='s1'),
+            ]
+        )
+        small = shorten_native_results(response, max_tokens=300, counter=HeuristicCounter(), recent=True)
+        assert small.parts[1].content['return_code'] == 0  # the shape stays
+        assert len(small.parts[1].content['stdout']) < 3_000
+        ```
+    """
+    if _parts.message_pinned(message) or max_tokens < 1:
+        return message
+    trim = TrimToolOutputs(max_tokens=max_tokens, keep_tokens=max_tokens)
+    context = CompileContext(counter=counter, originals=originals)
+    if recent:
+        return _trimmed_native(trim, message, False, max_tokens, max_tokens, context, reclamp=True)
+    return _trimmed_native(trim, message, True, max_tokens, None, context)
 
 
 def clip_arguments(message: ModelResponse, *, max_chars: int, counter: TokenCounter) -> ModelResponse:

@@ -25,7 +25,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 
-from .. import _parts
+from .. import _native_tools, _parts
 from .._markers import conversation_identity, conversation_key, is_readback, span_ref
 from .._memo import ObjectMemo
 from .._scope import resumed_fold
@@ -338,7 +338,7 @@ class ContextArchive:
             return
         value = {
             'tool': getattr(part, 'tool_name', None) or '',
-            'text': _parts.tool_content_text(part.content),
+            'text': _native_tools.result_text(part),
         }
         self._put(key, json.dumps(value, ensure_ascii=False))
 

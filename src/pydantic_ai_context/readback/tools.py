@@ -32,7 +32,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
-from .. import _parts
+from .. import _native_tools, _parts
 from .._markers import READ_CONTEXT, SEARCH_CONTEXT, has_ref, is_readback, ref_of
 from .._memo import ObjectMemo
 from ..integrity import unique_call_ids
@@ -115,9 +115,14 @@ class _Original:
     text: str
 
 
+def _results(message: ModelMessage) -> list[Any]:
+    """The tool results a message holds: a request's, or the native ones of a response."""
+    return _parts.tool_results(message) or _native_tools.native_returns(message)
+
+
 def _find_result(ref: str, log: Sequence[ModelMessage]) -> Any:
     for message in reversed(log):
-        for part in _parts.tool_results(message):
+        for part in _results(message):
             if part.tool_call_id == ref:
                 return part
     return None
@@ -127,7 +132,12 @@ def _result_text(ref: str, log: Sequence[ModelMessage], archive: _Side | None) -
     """(tool name, original text) of tool result `ref`: the log's copy unless it is a marker, else the store's."""
     part = _find_result(ref, log)
     if part is not None and _parts.marker(part) is None:
-        return part.tool_name or '', _parts.part_text(part)
+        text = (
+            _native_tools.result_text(part)
+            if _native_tools.is_native_return(part)
+            else _parts.part_text(part)
+        )
+        return part.tool_name or '', text
     kept = archive.result(ref) if archive is not None else None
     if kept is not None:
         return kept
@@ -311,7 +321,7 @@ def _documents(log: Sequence[ModelMessage], archive: _Side | None) -> list[_Docu
 
     span_refs: dict[str, None] = {}
     for message in log:
-        for part in _parts.tool_results(message):
+        for part in _results(message):
             add_result(part)
         ref = ref_of(message)
         if ref is not None:
@@ -326,7 +336,7 @@ def _documents(log: Sequence[ModelMessage], archive: _Side | None) -> list[_Docu
         at = 0
         for held, chunk in _render_span(items, log, archive, depth=0):
             if held is not None:
-                for part in _parts.tool_results(held):
+                for part in _results(held):
                     add_result(part)
                 text = '\n'.join(_message_lines_without_results(held, log, archive))
                 if text:

@@ -30,7 +30,7 @@ from . import _registry, registry
 from ._scope import MemoScope, compiling
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
 from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
-from .budget import ContextBudget, resolve_context_window
+from .budget import ContextBudget, resolve_context_window, resolve_input_limit
 from .dispatch import EventDispatch, run_events
 from .errors import ContextBudgetExceeded
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
@@ -188,6 +188,7 @@ class ContextProfile(AbstractCapability[Any]):
                 reserved_system=reserved_system,
                 soft_threshold=self.soft_threshold,
                 window_source=source,
+                input_limit=None if window.source == 'explicit' else resolve_input_limit(model),
             )
         except ValueError as exc:
             if reserved_system <= 0:

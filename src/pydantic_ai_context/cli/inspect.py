@@ -383,8 +383,8 @@ def gauge(usage: ContextUsageEvent, window: Window, width: int = 40) -> Text:
     text.append(
         f' {usage.used_tokens:,} / {usage.window_tokens:,} tokens ({usage.fraction:.1%}): '
         f'messages {usage.message_tokens:,}, instructions {usage.instructions_tokens:,}, '
-        f'tools {usage.tools_tokens:,}; '
-        f'limit {usage.limit_tokens:,}, soft limit {usage.soft_limit_tokens:,}; window: {window.label}; '
-        f'{"anchored on provider usage" if usage.anchored else "counted"}'
+        f'tools {usage.tools_tokens:,}; the view {usage.budget_tokens:,} of limit {usage.limit_tokens:,}; '
+        f'counted by {usage.counted_by}\n'
     )
+    text.append(f'budget  {usage.budget_line(source=window.budget_source)}', style='dim')
     return text

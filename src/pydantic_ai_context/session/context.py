@@ -214,12 +214,14 @@ class ContextSession:
 
     def stats(self, *, model: Any = None, budget: ContextBudget | None = None) -> HistoryStats:
         """Counts of the whole log against the budget (`commands.history_stats`), with the tool
-        definitions the session's latest request sent (`ContextProfile.last_overhead`)."""
+        definitions the session's latest request sent (`ContextProfile.last_overhead`), which the
+        budget reserves as the compile did: its limit is the one the usage events report."""
+        overhead = self.profile.last_overhead
         return history_stats(
             self._log,
             counter=self.profile.counter_for(model),
-            budget=budget if budget is not None else self.profile.budget_for(model),
-            overhead=self.profile.last_overhead,
+            budget=budget if budget is not None else self.profile.budget_for(model, overhead=overhead),
+            overhead=overhead,
         )
 
     def __len__(self) -> int:

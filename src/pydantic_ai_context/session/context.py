@@ -237,7 +237,15 @@ class ContextSession:
         await self.add_messages([message])
 
     async def add_messages(self, messages: Sequence[MessageInput]) -> None:
-        """Append messages to the log in one store append (one transaction): all are stored or none."""
+        """Append messages to the log in one store append (one transaction): all are stored or none.
+
+        On a conversation store, another writer's save in between makes the append reload the
+        conversation and retry, after a short random wait that grows with each attempt (up to 20
+        attempts, at most about 3 seconds of waiting in all). If every attempt collides, pydantic-ai's
+        `ConversationConflict` is raised: none of `messages` was stored, the session's log is as it
+        was before the call, and calling `add_messages` again appends them to the newest stored
+        history.
+        """
         async with self._lock:
             converted = _convert(messages, self._log, self.session_id)
             if converted:

@@ -225,7 +225,8 @@ class ContextUsageEvent:
 
     @property
     def window_resolved(self) -> bool:
-        """Whether the window is known (explicit, the model's profile or genai-prices) rather than the fallback."""
+        """Whether the window is known (explicit, the model's profile, genai-prices, the window table or
+        the provider) rather than the default."""
         return self.window_source != 'default'
 
     @property

@@ -91,7 +91,7 @@ class ContextProfile(AbstractCapability[Any]):
     steps: Sequence[Step] = ()
     """The chain, in order. `normalize` runs before the first step and after every step."""
     context_window: int | None = None
-    """Tokens the model accepts. `None`: the model's profile, then genai-prices, then a conservative default."""
+    """Tokens the model accepts. `None`: the model's, as `resolve_context_window` finds it."""
     reserved_output: int | None = None
     """Tokens kept free for the model's answer; `None`: 4,096, or a quarter of a smaller window."""
     reserved_system: int | None = None

@@ -276,7 +276,7 @@ class ContextSession:
         """The view of the log the model should receive next: the profile's chain applied to it.
 
         The budget is `budget` if given, else the model's: its context window (from the profile's
-        `context_window`, else the model's profile or genai-prices, else a conservative default)
+        `context_window`, else `resolve_context_window`)
         minus reserved output, reserved system tokens and a safety margin (`ContextBudget.for_model`).
         The log is not changed; summaries written for the view are persisted to the store.
         """

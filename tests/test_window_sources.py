@@ -34,7 +34,9 @@ def _bench_windows() -> Any:
     return module
 
 
-@pytest.mark.skipif(_VERSION < (2, 68), reason='the table was generated for the names of pydantic-ai 2.68')
+@pytest.mark.skipif(
+    _VERSION < (2, 0), reason="1.x's names include retired models no source lists (38 of 501 on 1.107)"
+)
 def test_at_most_five_percent_of_known_model_names_fall_back_to_the_default() -> None:
     bench = _bench_windows()
     names = bench.known_model_names()

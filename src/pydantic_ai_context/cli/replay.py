@@ -279,7 +279,7 @@ async def _replay_all(
 def gauge_lines(usages: dict[str, ContextUsageEvent], window: Window) -> list[str]:
     """Each profile's budget at its last request, in the words `inspect` uses, and its counter."""
     return [
-        f'{label}: {usage.budget_line(source=window.budget_source)}; counted by {usage.counted_by}'
+        f'budget ({label}): {usage.budget_line(source=window.budget_source)}; counted by {usage.counted_by}'
         for label, usage in usages.items()
     ]
 

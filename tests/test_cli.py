@@ -280,7 +280,7 @@ def test_inspect_shows_log_view_policies_and_gauge(
     assert 'changed: masked' in printed
     assert 'blank_old_results' in printed  # the policy table
     assert '/ 20,000 tokens' in printed  # the gauge
-    assert 'window: 20,000 (from --window)' in printed
+    assert 'budget window 20,000 (--window) - output 4,096' in printed
 
 
 def test_inspect_splits_the_request_into_messages_instructions_and_tools(
@@ -503,14 +503,14 @@ def test_inspect_defaults_to_coding_and_labels_the_default_window(
     assert main(['inspect', str(REAL)]) == 0
     printed = ' '.join(capsys.readouterr().out.split())
     assert 'profile coding' in printed
-    assert 'window: 128,000 (the default; pass --window N)' in printed
+    assert 'window 128,000 (the default; pass --window N) - output' in printed
     assert 'explicit' not in printed
     monkeypatch.setenv('PYDANTIC_AI_CONTEXT_PROFILE', 'transparent')
     monkeypatch.setenv('PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW', '64000')
     assert main(['inspect', str(REAL)]) == 0
     printed = ' '.join(capsys.readouterr().out.split())
     assert 'profile transparent' in printed
-    assert 'window: 64,000 (from PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW)' in printed
+    assert 'window 64,000 (PYDANTIC_AI_CONTEXT_CONTEXT_WINDOW) - output' in printed
 
 
 def test_inspect_shows_the_text_that_replaced_compacted_content(

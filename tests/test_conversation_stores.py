@@ -564,3 +564,12 @@ def test_docstring_example_runs(obj: Any) -> None:
     assert doc.split('\n')[0].endswith('.'), 'the docstring opens with one sentence'
     [block] = re.findall(r'```python[^\n]*\n(.*?)```', doc, flags=re.DOTALL)
     exec(compile(textwrap.dedent(block), f'<{obj.__name__} example>', 'exec'), {'__name__': 'example'})
+
+
+@needs_conversation_store
+async def test_a_conversation_store_that_cannot_open_says_what_it_is(tmp_path: Path) -> None:
+    store = open_store(f'sqlite:///{tmp_path / "missing-dir" / "c.db"}')
+    with pytest.raises(StoreError, match='cannot open conversation store') as raised:
+        await store.load('c1')
+    assert 'session store' not in str(raised.value)
+    await store.close()

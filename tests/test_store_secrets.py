@@ -163,7 +163,10 @@ def test_settings_never_show_the_store_url(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv('PYDANTIC_AI_CONTEXT_STORE_URL', f'postgresql://app:{SECRET}@db/chat')
     settings = ContextSettings.load()
     assert settings.store_url is not None
+    assert settings.store_url.get_secret_value() == f'postgresql://app:{SECRET}@db/chat'
     assert SECRET not in repr(settings)
+    assert SECRET not in str(settings.model_dump())
+    assert SECRET not in settings.model_dump_json()
 
 
 # --- a real server --------------------------------------------------------------------------------

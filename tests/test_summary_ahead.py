@@ -979,3 +979,46 @@ def test_closing_from_another_loop_gives_up_the_summary_in_flight() -> None:
     finally:
         first.close()
         second.close()
+
+
+async def test_an_open_circuit_breaker_is_logged_once_then_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    # Every compile used to log a WARNING while the breaker was open (305 lines for 8 runs).
+    async def broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise RuntimeError('the summariser is down')
+
+    calls = 0
+
+    def work(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        if calls % 30:
+            return ModelResponse(parts=[ToolCallPart('read', {'path': f'f{calls}.py'})])
+        return ModelResponse(parts=[TextPart('done')])
+
+    p = profile(
+        'chat',
+        context_window=6_000,
+        summary_model=FunctionModel(broken, model_name='broken'),
+    )
+    agent = Agent(FunctionModel(work), capabilities=[p])
+
+    @agent.tool_plain
+    def read(path: str) -> str:
+        return ' '.join(f'line {path} {k}' for k in range(400))
+
+    history: list[ModelMessage] = []
+    with caplog.at_level(logging.DEBUG, logger='pydantic_ai_context'):
+        for turn in range(3):
+            result = await agent.run(
+                f'task {turn}', message_history=history, usage_limits=UsageLimits(request_limit=None)
+            )
+            history = result.all_messages()
+        await p.settle_background()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [r for r in warnings if 'circuit breaker open' in r.getMessage()]
+    opened = [r for r in warnings if 'failed 3 times in a row' in r.getMessage()]
+    assert len(opened) == 1  # once per opening (no cool-down passes here)
+    quiet = [
+        r for r in caplog.records if r.levelno == logging.DEBUG and 'circuit breaker open' in r.getMessage()
+    ]
+    assert quiet  # the attempts while it is open are still logged, at DEBUG

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import presets as _presets  # noqa: F401  (registers the presets)
-from .budget import ContextBudget, resolve_context_window
+from .budget import ContextBudget, resolve_context_window, resolve_input_limit
 from .commands import CompactResult, HistoryStats, clear, compact, compact_result, history_stats
 from .errors import (
     ContextBudgetExceeded,
@@ -142,6 +142,7 @@ __all__ = [
     'readback_toolset',
     'register_profile',
     'resolve_context_window',
+    'resolve_input_limit',
     'run_spans',
     'safe_cut_points',
     'summarize_window',

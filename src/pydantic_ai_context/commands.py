@@ -275,6 +275,12 @@ class HistoryStats:
     """Of `tokens`, the instructions a request sends."""
     tools_tokens: int = 0
     """Tokens of the tool definitions a request sends (from `overhead`; not in `tokens`)."""
+    budget: ContextBudget | None = None
+    """The budget `limit` comes from; `str()` shows its arithmetic (`ContextBudget.describe`)."""
+    counter: str = ''
+    """The token counter that counted `tokens` (`TokenCounter.name`)."""
+    counter_exact: bool = False
+    """Whether `counter` is the model's own tokenizer (`TokenCounter.exact`), else an estimate."""
 
     def __str__(self) -> str:
         line = (
@@ -282,8 +288,12 @@ class HistoryStats:
             f'{_count(self.tool_calls, "tool call")}, {_count(self.tokens, "token")}'
         )
         if self.share is not None and self.limit is not None:
-            line += f' ({self.share:.0%} of {self.limit:,} usable)'
+            line += f' ({self.share:.0%} of limit {self.limit:,})'
+        if self.counter:
+            line += f'; counted by {self.counter}, {"exact" if self.counter_exact else "estimated"}'
         lines = [line]
+        if self.budget is not None:
+            lines.append(f'  budget: {self.budget.describe()}')
         if self.message_tokens is not None:
             lines.append(
                 f'  messages {self.message_tokens:,} · instructions {self.instructions_tokens:,} · '
@@ -346,6 +356,9 @@ def history_stats(
         message_tokens=tokens - instructions,
         instructions_tokens=instructions,
         tools_tokens=overhead.tools_tokens if overhead is not None else 0,
+        budget=budget,
+        counter=counter.name,
+        counter_exact=getattr(counter, 'exact', False) is True,
     )
 
 

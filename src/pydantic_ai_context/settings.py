@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Annotated, Any, Final
 
 import pydantic
-from pydantic import Field, NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveInt, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from . import _registry
@@ -101,9 +101,11 @@ class ContextSettings(BaseSettings):
     """`PYDANTIC_AI_CONTEXT_SUMMARY_MODEL`: model name for summarising policies (e.g. `openai:gpt-4o-mini`)."""
     readback: bool | None = None
     """`PYDANTIC_AI_CONTEXT_READBACK`: contribute the `read_context` / `search_context` tools (`false` turns them off)."""
-    store_url: Annotated[str | None, Field(repr=False)] = None
+    store_url: Annotated[SecretStr | None, Field(repr=False)] = None
     """`PYDANTIC_AI_CONTEXT_STORE_URL`: the store `open_store()` opens without a URL (`sqlite:///…`,
-    `postgresql://…`, `memory://`); not a profile setting, and never shown by `repr` (it may hold a password)."""
+    `postgresql://…`, `memory://`); not a profile setting. A `SecretStr`, since it may hold a
+    password: `repr`, `model_dump()` and `model_dump_json()` mask it; `store_url.get_secret_value()`
+    reads it."""
 
     @classmethod
     def load(cls, *, skip: Collection[str] = ()) -> ContextSettings:

@@ -176,6 +176,11 @@ class Window:
             return f'{self.tokens:,} (the default; pass --window N)'
         return f'{self.tokens:,} (from {self.source})'
 
+    @property
+    def budget_source(self) -> str:
+        """Where the window came from, as the budget line (`ContextUsageEvent.budget_line`) names it."""
+        return 'the default; pass --window N' if self.source == 'default' else self.source
+
 
 def resolve_window(args: argparse.Namespace) -> Window:
     if args.window is not None:

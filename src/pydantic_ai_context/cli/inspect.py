@@ -195,6 +195,11 @@ def _marker_kind(message: ModelMessage) -> str | None:
     return str(kind) if kind is not None else None
 
 
+# What a marker on a kept message says about it: a drop note merged into a request marks the
+# request with `dropped`, but the request itself was kept (the note tells of the steps after it).
+_CHANGE_LABELS: Final = {'dropped': 'drop note added'}
+
+
 def _changes(message: ModelMessage) -> str:
     kinds: dict[str, int] = {}
     for obj in (message, *message.parts):
@@ -309,6 +314,8 @@ def inspect_table(
         what = row.status
         if right is not None and row.status in {'changed', 'inserted'}:
             detail = _changes(right)
+            if row.status == 'changed':
+                detail = ', '.join(_CHANGE_LABELS.get(k, k) for k in detail.split(', ')) if detail else detail
             what = f'{row.status}: {detail}' if detail else ('repaired' if row.status == 'changed' else what)
         table.add_row(
             '' if row.log_index is None else str(row.log_index),
@@ -383,8 +390,8 @@ def gauge(usage: ContextUsageEvent, window: Window, width: int = 40) -> Text:
     text.append(
         f' {usage.used_tokens:,} / {usage.window_tokens:,} tokens ({usage.fraction:.1%}): '
         f'messages {usage.message_tokens:,}, instructions {usage.instructions_tokens:,}, '
-        f'tools {usage.tools_tokens:,}; '
-        f'limit {usage.limit_tokens:,}, soft limit {usage.soft_limit_tokens:,}; window: {window.label}; '
-        f'{"anchored on provider usage" if usage.anchored else "counted"}'
+        f'tools {usage.tools_tokens:,}; the view {usage.budget_tokens:,} of limit {usage.limit_tokens:,}; '
+        f'counted by {usage.counted_by}\n'
     )
+    text.append(f'budget  {usage.budget_line(source=window.budget_source)}', style='dim')
     return text

@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import __version__
+from ..events import ContextUsageEvent
 from ..profiles import ContextProfile, available_profiles
 from ..replay import FactIndex, ReplayResult, geometric_mean, replay
 from ..tokens import TokenCounter
@@ -157,6 +158,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             reserved_system=extra or None,
         )
     histories = load(args.files, need_responses=True)
+    gauges: list[dict[str, ContextUsageEvent]] = []
     results = asyncio.run(
         _replay_all(
             histories,
@@ -168,12 +170,15 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             summary_model=args.summary_model,
             parameters=agent.parameters if agent is not None else None,
             overhead_tokens=extra,
+            gauges=gauges,
         )
     )
     counted = counted_line(agent, extra)
-    for history, per_profile in zip(histories, results, strict=True):
+    for history, per_profile, usages in zip(histories, results, gauges, strict=True):
         emit(out, replay_table(history, per_profile, window=window), args.format)
         out.print(Text(counted, style='dim'))
+        for line in gauge_lines(usages, window):
+            out.print(Text(line, style='dim'))
         for line in failure_lines(per_profile):
             out.print(Text(line, style='red'))
     rows = summary_rows(results, labels)
@@ -221,7 +226,9 @@ async def _replay_all(
     summary_model: str = 'extractive',
     parameters: Any = None,
     overhead_tokens: int = 0,
+    gauges: list[dict[str, ContextUsageEvent]] | None = None,
 ) -> list[dict[str, ReplayResult]]:
+    """Replay each history through each label; `gauges` receives each profile's last usage reading."""
     total = sum(h.requests for h in histories) * len(labels)
     bar = Progress(
         TextColumn('{task.description}'),
@@ -238,6 +245,7 @@ async def _replay_all(
         for history in histories:
             facts = FactIndex.build(history.messages)
             per_profile: dict[str, ReplayResult] = {}
+            usages: dict[str, ContextUsageEvent] = {}
             for label in labels:
                 bar.update(task, description=f'{history.file.name} · {label}')
                 compiler = None
@@ -262,8 +270,20 @@ async def _replay_all(
                 )
                 if compiler is None:
                     bar.advance(task, history.requests)
+                elif compiler.inner.last_usage is not None:
+                    usages[label] = compiler.inner.last_usage
             out.append(per_profile)
+            if gauges is not None:
+                gauges.append(usages)
     return out
+
+
+def gauge_lines(usages: dict[str, ContextUsageEvent], window: Window) -> list[str]:
+    """Each profile's budget at its last request, in the words `inspect` uses, and its counter."""
+    return [
+        f'budget ({label}): {usage.budget_line(source=window.budget_source)}; counted by {usage.counted_by}'
+        for label, usage in usages.items()
+    ]
 
 
 def counted_line(agent: AgentOverhead | None, overhead_tokens: int) -> str:

@@ -12,6 +12,7 @@ summary never breaks the run.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ from pydantic_ai_context.policies.summariser import (
 )
 from pydantic_ai_context.policies.summary_cache import SummaryCache
 from pydantic_ai_context.views import CompileContext
+
+logger = logging.getLogger('pydantic_ai_context.summarize')
 
 __all__ = ('AHEAD', 'FALLBACK_TEMPLATE', 'SummarisingPolicy', 'SummaryCalls')
 
@@ -167,7 +170,7 @@ class SummaryCalls:
             return _fallback(previous, span, context, why, 'no summary model')
         now = settings.clock()
         if not self.breaker.allows(now, settings.breaker_cooldown):
-            return _fallback(previous, span, context, why, 'circuit breaker open')
+            return _fallback(previous, span, context, why, 'circuit breaker open', breaker_open=1)
         instructions = SUMMARISER_INSTRUCTIONS + (
             f'\n\n{settings.instructions}' if settings.instructions else ''
         )
@@ -191,8 +194,17 @@ class SummaryCalls:
                 model, prompt, instructions=instructions, timeout=settings.timeout
             )
         except Exception as exc:  # any failure of the summariser degrades to the marker, never breaks the run
-            self.breaker.failure(settings.clock(), settings.breaker_threshold)
-            return _fallback(previous, span, context, why, f'summariser failed: {describe_failure(exc)}')
+            failure = describe_failure(exc)
+            if self.breaker.failure(settings.clock(), settings.breaker_threshold):
+                # Once per opening: while it is open, each compile's fallback is logged at DEBUG only.
+                logger.warning(
+                    'the summariser failed %d times in a row (last: %s): no summariser calls for %g s, '
+                    'markers stand in for summaries until then',
+                    self.breaker.failures,
+                    failure,
+                    settings.breaker_cooldown,
+                )
+            return _fallback(previous, span, context, why, f'summariser failed: {failure}')
         self.breaker.success()
         usage = {
             'summary_calls': 1,

@@ -245,7 +245,12 @@ class BackgroundSummaries:
                 self._counts['made'] += 1
             elif status != 'summary':
                 self._counts['failed'] += 1
-                logger.warning('a summary made ahead failed (%s); the trigger will summarise', context._notes)
+                # While the summariser's breaker is open every attempt fails the same way: its
+                # opening was logged once (see `SummaryCalls.write`).
+                level = logging.DEBUG if details.get('breaker_open') else logging.WARNING
+                logger.log(
+                    level, 'a summary made ahead failed (%s); the trigger will summarise', context._notes
+                )
                 if calls or tokens_in:
                     self._discard(
                         pending.policy, pending.run_id, tokens_in, tokens_out, 'the summary was rejected'

@@ -306,7 +306,10 @@ class CircuitBreaker:
         self.failures = 0
         self.opened_at = None
 
-    def failure(self, now: float, threshold: int) -> None:
+    def failure(self, now: float, threshold: int) -> bool:
+        """Count a failure; whether it (re)opened the breaker."""
         self.failures += 1
         if self.failures >= threshold:
             self.opened_at = now
+            return True
+        return False

@@ -6,7 +6,9 @@ session holds its lock around each, so these never overlap for one session objec
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import random
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
@@ -20,6 +22,19 @@ if TYPE_CHECKING:
 
 SAVE_ATTEMPTS: Final = 20
 """How often an append, replace or clear reloads and retries after another writer saved the same conversation."""
+
+RETRY_BASE_DELAY: Final = 0.002
+"""Seconds: the most the first retry after a `ConversationConflict` waits (doubling each time)."""
+
+RETRY_MAX_DELAY: Final = 0.25
+"""Seconds: the most any one retry waits."""
+
+
+async def conflict_backoff(attempt: int) -> None:
+    """Wait before retry `attempt` (0 for the first) after a `ConversationConflict`: a random time up
+    to `RETRY_BASE_DELAY * 2**attempt`, at most `RETRY_MAX_DELAY` ("full jitter"), so that two
+    writers that keep colliding drift apart instead of retrying in lockstep."""
+    await asyncio.sleep(random.uniform(0, min(RETRY_MAX_DELAY, RETRY_BASE_DELAY * 2**attempt)))
 
 
 class SessionLog(Protocol):
@@ -111,8 +126,10 @@ class ConversationLog:
     """A pydantic-ai conversation: saved with its revision, so concurrent writers are noticed.
 
     Appends, replacements and clears reload and retry on `ConversationConflict` (they do not depend
-    on what another writer added); a run does not, since its answer was computed from the older
-    history: it reloads and raises, for the caller to run again.
+    on what another writer added), after a short random wait that grows with each attempt
+    (`conflict_backoff`), up to `SAVE_ATTEMPTS` times; then the conflict is raised and nothing was
+    stored. A run does not retry, since its answer was computed from the older history: it reloads
+    and raises, for the caller to run again.
     """
 
     def __init__(self, store: ConversationStore, session_id: str, scope: str | None) -> None:
@@ -149,6 +166,7 @@ class ConversationLog:
                 del conversation.messages[stored:]
                 if attempt == SAVE_ATTEMPTS - 1:
                     raise
+                await conflict_backoff(attempt)
                 conversation = await self._fresh()
                 continue
             except BaseException:
@@ -176,6 +194,7 @@ class ConversationLog:
             except ConversationConflict:
                 if attempt == SAVE_ATTEMPTS - 1:
                     raise
+                await conflict_backoff(attempt)
                 await self._fresh()
                 continue
             self.conversation = replacement
@@ -197,6 +216,7 @@ class ConversationLog:
             except ConversationConflict:
                 if attempt == SAVE_ATTEMPTS - 1:
                     raise
+                await conflict_backoff(attempt)
                 await self._fresh()
                 continue
             return []

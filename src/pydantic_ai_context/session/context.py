@@ -214,12 +214,14 @@ class ContextSession:
 
     def stats(self, *, model: Any = None, budget: ContextBudget | None = None) -> HistoryStats:
         """Counts of the whole log against the budget (`commands.history_stats`), with the tool
-        definitions the session's latest request sent (`ContextProfile.last_overhead`)."""
+        definitions the session's latest request sent (`ContextProfile.last_overhead`), which the
+        budget reserves as the compile did: its limit is the one the usage events report."""
+        overhead = self.profile.last_overhead
         return history_stats(
             self._log,
             counter=self.profile.counter_for(model),
-            budget=budget if budget is not None else self.profile.budget_for(model),
-            overhead=self.profile.last_overhead,
+            budget=budget if budget is not None else self.profile.budget_for(model, overhead=overhead),
+            overhead=overhead,
         )
 
     def __len__(self) -> int:
@@ -235,7 +237,15 @@ class ContextSession:
         await self.add_messages([message])
 
     async def add_messages(self, messages: Sequence[MessageInput]) -> None:
-        """Append messages to the log in one store append (one transaction): all are stored or none."""
+        """Append messages to the log in one store append (one transaction): all are stored or none.
+
+        On a conversation store, another writer's save in between makes the append reload the
+        conversation and retry, after a short random wait that grows with each attempt (up to 20
+        attempts, at most about 3 seconds of waiting in all). If every attempt collides, pydantic-ai's
+        `ConversationConflict` is raised: none of `messages` was stored, the session's log is as it
+        was before the call, and calling `add_messages` again appends them to the newest stored
+        history.
+        """
         async with self._lock:
             converted = _convert(messages, self._log, self.session_id)
             if converted:
@@ -266,7 +276,7 @@ class ContextSession:
         """The view of the log the model should receive next: the profile's chain applied to it.
 
         The budget is `budget` if given, else the model's: its context window (from the profile's
-        `context_window`, else the model's profile or genai-prices, else a conservative default)
+        `context_window`, else `resolve_context_window`)
         minus reserved output, reserved system tokens and a safety margin (`ContextBudget.for_model`).
         The log is not changed; summaries written for the view are persisted to the store.
         """

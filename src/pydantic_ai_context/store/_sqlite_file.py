@@ -174,6 +174,8 @@ class SqliteFile:
 
     _open_lazily: ClassVar[bool] = False
     """Open the file on the first call (on the worker thread) rather than in the constructor."""
+    _kind: ClassVar[str] = 'session store'
+    """What the store is, in its errors."""
 
     def __post_init__(self) -> None:
         if str(self.path) == ':memory:' or str(self.path).startswith('file:'):
@@ -208,7 +210,7 @@ class SqliteFile:
             # isolation_level=None: this class writes BEGIN/COMMIT itself.
             conn = sqlite3.connect(path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as e:
-            raise StoreError(f'cannot open session store {self._where}: {e}', path=self._where) from e
+            raise StoreError(f'cannot open {self._kind} {self._where}: {e}', path=self._where) from e
         try:
             mode = self._journal_mode_wal(conn)
             if str(mode).lower() != 'wal':
@@ -222,7 +224,7 @@ class SqliteFile:
         except BaseException as e:
             conn.close()
             if isinstance(e, sqlite3.Error):
-                raise StoreError(f'cannot open session store {self._where}: {e}', path=self._where) from e
+                raise StoreError(f'cannot open {self._kind} {self._where}: {e}', path=self._where) from e
             raise
         return conn
 

@@ -105,6 +105,7 @@ class SqliteConversationStore(SqliteFile, ConversationStore, ArtifactStore):
     """
 
     _open_lazily: ClassVar[bool] = True
+    _kind: ClassVar[str] = 'conversation store'
 
     # --- reading ---
 

@@ -70,7 +70,8 @@ def open_store(
     if url is None:
         from ..settings import ContextSettings
 
-        url = ContextSettings.load().store_url or DEFAULT_STORE_URL
+        stored = ContextSettings.load().store_url
+        url = (stored.get_secret_value() if stored is not None else '') or DEFAULT_STORE_URL
     if not isinstance(url, str):
         raise StoreError(f'a store URL must be a str, got {type(url).__name__}')
     scheme = url.partition(':')[0].lower()

@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
+    BinaryContent,
     ModelMessage,
     ModelRequest,
     ModelResponse,
@@ -21,6 +22,8 @@ from pydantic_ai.messages import (
 )
 
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR
+
+PNG = b'\x89PNG\r\n\x1a\n' + bytes(range(64))
 
 TOOLS = ('read_file', 'execute_bash', 'str_replace_editor', 'grep', 'think', 'browser_get_state')
 PATHS = ('src/app/models.py', 'tests/test_models.py', 'README.md', 'lib/util.js', 'pkg/core/io.go')
@@ -122,6 +125,14 @@ def histories(
                     results.append(
                         ToolReturnPart(call.tool_name, draw(tool_output()), tool_call_id=call.tool_call_id)
                     )
+            if draw(st.integers(0, 5)) == 0:
+                # `ToolReturn(value, content=[...])`: what the tool returned beside its result,
+                # recorded as a user prompt part after the results (tool output, not a user turn).
+                results.append(
+                    UserPromptPart(
+                        [f'{calls[0].tool_name} screenshot:', BinaryContent(PNG, media_type='image/png')]
+                    )
+                )
             messages.append(ModelRequest(parts=results, **rid))
             if draw(st.integers(0, 7)) == 0:
                 # A user-role message inside the task (mini-swe-agent's format reminder, a nudge):
@@ -132,7 +143,31 @@ def histories(
                 messages.append(ModelRequest(parts=[UserPromptPart(draw(st.sampled_from(REMINDERS)))], **rid))
         if run == n_runs - 1 and last_in_progress and isinstance(messages[-1], ModelRequest):
             break
-        messages.append(ModelResponse(parts=[TextPart(f'answer {run}: ' + draw(texts))], **rid))
+        ending = draw(st.sampled_from(['text', 'text', 'output_tool', 'deferred']))
+        if run == n_runs - 1 or ending == 'text':
+            messages.append(ModelResponse(parts=[TextPart(f'answer {run}: ' + draw(texts))], **rid))
+        elif ending == 'output_tool':
+            # The run ends on its output tool: the call, then pydantic-ai's return for it.
+            counter += 1
+            out = ToolCallPart('final_result', {'answer': draw(texts)}, tool_call_id=f'c{counter}')
+            messages.append(ModelResponse(parts=[out], **rid))
+            done = ToolReturnPart('final_result', 'Final result processed.', tool_call_id=out.tool_call_id)
+            messages.append(ModelRequest(parts=[done], **rid))
+        else:
+            # The run ends on a deferred call left unresolved (closed with a synthesized return).
+            counter += 1
+            ask = ToolCallPart(
+                'delete_file', {'path': draw(st.sampled_from(PATHS))}, tool_call_id=f'c{counter}'
+            )
+            messages.append(ModelResponse(parts=[ask], **rid))
+            if draw(st.booleans()):
+                closed = ToolReturnPart(
+                    'delete_file',
+                    'The tool call was interrupted before a result was produced.',
+                    tool_call_id=ask.tool_call_id,
+                    metadata={'pydantic_ai_synthesized_tool_return': True},
+                )
+                messages.append(ModelRequest(parts=[closed]))
     return messages
 
 

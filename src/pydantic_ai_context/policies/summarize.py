@@ -63,7 +63,7 @@ from pydantic_ai_context.policies.summariser import (
     summary_prompt,
 )
 from pydantic_ai_context.policies.summary_cache import InMemorySummaryCache, SummaryCache
-from pydantic_ai_context.views import CompileContext
+from pydantic_ai_context.views import CompileContext, current_prompt
 
 # The summariser call, the summary cache and the summary's block live in their own modules; their
 # names stay importable from here, where they were first published.
@@ -323,7 +323,15 @@ class SummarizeWindow(AsyncPolicy):
                 step_messages=self.step_messages,
             )
         unresolved = reading.unresolved_failures()
-        kept = kept_in(messages, zones.start, end, unresolved, candidates=reading.may_keep(zones.start, end))
+        prompt_at = current_prompt(messages, run_id=context.run_id)
+        kept = kept_in(
+            messages,
+            zones.start,
+            end,
+            unresolved,
+            candidates=reading.may_keep(zones.start, end),
+            prompt_at=prompt_at,
+        )
         while (
             kept.loose_response_at is not None
             and isinstance(messages[end], ModelResponse)
@@ -333,7 +341,12 @@ class SummarizeWindow(AsyncPolicy):
             # response; leave that message in the tail instead.
             end = max([c for c in safe_cut_points(messages) if zones.start <= c <= kept.loose_response_at])
             kept = kept_in(
-                messages, zones.start, end, unresolved, candidates=reading.may_keep(zones.start, end)
+                messages,
+                zones.start,
+                end,
+                unresolved,
+                candidates=reading.may_keep(zones.start, end),
+                prompt_at=prompt_at,
             )
         if end <= zones.start:
             return messages

@@ -97,9 +97,13 @@ def histories(
     last_in_progress = draw(st.booleans()) if in_progress is None else in_progress
     counter = 0
     messages: list[ModelMessage] = []
+    closing: list[Any] = []
     for run in range(n_runs):
         rid = {'run_id': f'run-{run}'} if stamp else {}
-        parts: list[Any] = []
+        # The results that closed the previous run (its output tool's, a deferred call's) open
+        # this run's first request, as pydantic-ai sends them (and `normalize` merges them).
+        parts: list[Any] = closing
+        closing = []
         if run == 0 and draw(st.booleans()):
             parts.append(SystemPromptPart('You are a careful coding agent.'))
         parts.append(UserPromptPart(f'task {run}: ' + draw(texts)))
@@ -151,23 +155,24 @@ def histories(
             counter += 1
             out = ToolCallPart('final_result', {'answer': draw(texts)}, tool_call_id=f'c{counter}')
             messages.append(ModelResponse(parts=[out], **rid))
-            done = ToolReturnPart('final_result', 'Final result processed.', tool_call_id=out.tool_call_id)
-            messages.append(ModelRequest(parts=[done], **rid))
+            closing = [
+                ToolReturnPart('final_result', 'Final result processed.', tool_call_id=out.tool_call_id)
+            ]
         else:
-            # The run ends on a deferred call left unresolved (closed with a synthesized return).
+            # The run ends on a deferred call left unresolved, closed out by `repair_messages`.
             counter += 1
             ask = ToolCallPart(
                 'delete_file', {'path': draw(st.sampled_from(PATHS))}, tool_call_id=f'c{counter}'
             )
             messages.append(ModelResponse(parts=[ask], **rid))
-            if draw(st.booleans()):
-                closed = ToolReturnPart(
+            closing = [
+                ToolReturnPart(
                     'delete_file',
                     'The tool call was interrupted before a result was produced.',
                     tool_call_id=ask.tool_call_id,
                     metadata={'pydantic_ai_synthesized_tool_return': True},
                 )
-                messages.append(ModelRequest(parts=[closed]))
+            ]
     return messages
 
 

@@ -42,6 +42,7 @@ from . import _parts
 __all__ = (
     'OUTPUT_TOOL_NAME',
     'REMINDER_MAX_CHARS',
+    'closes_previous',
     'closes_run',
     'continues_task',
     'current_prompt',
@@ -119,6 +120,15 @@ def _feeds_model(message: ModelMessage) -> bool:
     return any(not closes_run(p) for p in _parts.tool_results(message))
 
 
+def closes_previous(message: ModelMessage) -> bool:
+    """The request holds results that closed the previous run (not only ones `normalize` made up
+    for calls left without a result: a prompt after those still follows rule 1)."""
+    return any(
+        closes_run(p) and (_parts.marker(p) or {}).get('kind') != 'synthetic'
+        for p in _parts.tool_results(message)
+    )
+
+
 def is_tool_content(part: Any, message: ModelMessage) -> bool:
     """`part` (of `message`) is content a tool returned (`ToolReturn(content=...)`), not a user turn:
     a user prompt part in a request that answers the model's tool calls."""
@@ -183,9 +193,8 @@ def starts_at(messages: Sequence[ModelMessage], i: int, earlier: AbstractSet[str
         return True
     if not has_prompt(message):
         return False
-    closing = bool(_parts.tool_results(message))
     return is_summary(message) or not continues_task(
-        messages[i - 1], prompt_text(message), earlier, closing=closing
+        messages[i - 1], prompt_text(message), earlier, closing=closes_previous(message)
     )
 
 

@@ -27,6 +27,7 @@ from pydantic_ai.messages import (
 
 from pydantic_ai_context import _markers, _parts, _scope
 from pydantic_ai_context._boundaries import (
+    closes_previous,
     closes_run,
     continues_task,
     is_summary,
@@ -369,8 +370,9 @@ def _continues_last_run(log: Sequence[ModelMessage], tail: Sequence[ModelMessage
             earlier = {t for m in log if (t := prompt_text(m))}
         previous = tail[j - 1] if j else log[-1]
         text = prompt_text(message)
-        closing = bool(_parts.tool_results(message))
-        if is_summary(message) or not continues_task(previous, text, earlier, closing=closing):
+        if is_summary(message) or not continues_task(
+            previous, text, earlier, closing=closes_previous(message)
+        ):
             return False
         earlier.add(text)
     return True

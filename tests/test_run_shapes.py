@@ -77,6 +77,15 @@ def test_tool_return_content_is_tool_output_and_closing_results_leave_a_prompt_a
         assert prompt_text(merged) == 'next task'
 
 
+def test_history_stats_counts_no_tool_content_as_a_user_turn() -> None:
+    from pydantic_ai_context import history_stats
+
+    log = History().user('inspect the pages').build()
+    log.append(ModelResponse(parts=[ToolCallPart('inspect', {'page': 'home'}, tool_call_id='c1')]))
+    log.append(ModelRequest(parts=[ToolReturnPart('inspect', 'saved', tool_call_id='c1'), shot('home')]))
+    assert history_stats(log).user_turns == 1
+
+
 def test_tool_return_content_starts_no_run_and_a_merged_prompt_after_an_output_tool_does() -> None:
     log = History().user('inspect the pages').build()
     log.append(ModelResponse(parts=[ToolCallPart('inspect', {'page': 'home'}, tool_call_id='c1')]))

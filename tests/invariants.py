@@ -6,8 +6,10 @@ from collections.abc import Sequence
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, SystemPromptPart, UserPromptPart
 
-from pydantic_ai_context import validate_view
-from pydantic_ai_context._parts import is_pinned
+from pydantic_ai_context import normalize, run_spans, validate_view
+from pydantic_ai_context._boundaries import prompt_parts
+from pydantic_ai_context._parts import is_pinned, marker
+from pydantic_ai_context.views import current_prompt
 
 
 def parts_of(messages: Sequence[ModelMessage]) -> list[object]:
@@ -23,6 +25,28 @@ def assert_framing_kept(log: Sequence[ModelMessage], view: Sequence[ModelMessage
     first_user = next((p for p in parts_of(log) if isinstance(p, UserPromptPart)), None)
     if first_user is not None and any(isinstance(m, ModelRequest) for m in log):
         assert first_user in view_parts, 'first user prompt lost'
+
+
+def current_prompt_parts(log: Sequence[ModelMessage]) -> list[UserPromptPart]:
+    """The current run's prompt (the task at hand) of the log as the policies read it (normalized):
+    the prompt parts of the newest run that has a prompt."""
+    messages = normalize(log)
+    at = current_prompt(messages)
+    if at is None:
+        return []
+    starts = {span.start for span in run_spans(messages)}
+    return prompt_parts(messages[at], run_start=at in starts)
+
+
+def assert_current_prompt_kept(log: Sequence[ModelMessage], view: Sequence[ModelMessage]) -> None:
+    """Invariant 1: the current run's prompt survives verbatim, or clamped with a read-back ref."""
+    view_parts = parts_of(view)
+    clamped = [m for m in view if (marker(m) or {}).get('kind') == 'prompt_clamped']
+    for part in current_prompt_parts(log):
+        if part in view_parts:
+            continue
+        assert clamped, f'current prompt lost: {str(part.content)[:60]!r}'
+        assert all((marker(m) or {}).get('ref') for m in clamped), 'a clamped prompt names no ref'
 
 
 def assert_pinned_kept(log: Sequence[ModelMessage], view: Sequence[ModelMessage]) -> None:
@@ -51,6 +75,7 @@ def assert_all(
     assert list(log) == list(snapshot), 'the input was mutated'
     assert_valid(view)
     assert_framing_kept(log, view)
+    assert_current_prompt_kept(log, view)
     assert_pinned_kept(log, view)
     assert_native_pairs(log, view)
 

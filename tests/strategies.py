@@ -33,6 +33,8 @@ NativeReturn: Any = getattr(messages, 'NativeToolReturnPart', None) or getattr(
     messages, 'BuiltinToolReturnPart', None
 )
 
+PNG = b'\x89PNG\r\n\x1a\n' + bytes(range(64))
+
 TOOLS = ('read_file', 'execute_bash', 'str_replace_editor', 'grep', 'think', 'browser_get_state')
 PATHS = ('src/app/models.py', 'tests/test_models.py', 'README.md', 'lib/util.js', 'pkg/core/io.go')
 
@@ -150,9 +152,13 @@ def histories(
     last_in_progress = draw(st.booleans()) if in_progress is None else in_progress
     counter = 0
     messages: list[ModelMessage] = []
+    closing: list[Any] = []
     for run in range(n_runs):
         rid = {'run_id': f'run-{run}'} if stamp else {}
-        parts: list[Any] = []
+        # The results that closed the previous run (its output tool's, a deferred call's) open
+        # this run's first request, as pydantic-ai sends them (and `normalize` merges them).
+        parts: list[Any] = closing
+        closing = []
         if run == 0 and draw(st.booleans()):
             parts.append(SystemPromptPart('You are a careful coding agent.'))
         prompt = f'task {run}: ' + draw(texts)
@@ -195,6 +201,14 @@ def histories(
                     results.append(
                         ToolReturnPart(call.tool_name, draw(tool_output()), tool_call_id=call.tool_call_id)
                     )
+            if draw(st.integers(0, 5)) == 0:
+                # `ToolReturn(value, content=[...])`: what the tool returned beside its result,
+                # recorded as a user prompt part after the results (tool output, not a user turn).
+                results.append(
+                    UserPromptPart(
+                        [f'{calls[0].tool_name} screenshot:', BinaryContent(PNG, media_type='image/png')]
+                    )
+                )
             messages.append(ModelRequest(parts=results, **rid))
             if draw(st.integers(0, 7)) == 0:
                 # A user-role message inside the task (mini-swe-agent's format reminder, a nudge):
@@ -205,7 +219,32 @@ def histories(
                 messages.append(ModelRequest(parts=[UserPromptPart(draw(st.sampled_from(REMINDERS)))], **rid))
         if run == n_runs - 1 and last_in_progress and isinstance(messages[-1], ModelRequest):
             break
-        messages.append(ModelResponse(parts=[TextPart(f'answer {run}: ' + draw(texts))], **rid))
+        ending = draw(st.sampled_from(['text', 'text', 'output_tool', 'deferred']))
+        if run == n_runs - 1 or ending == 'text':
+            messages.append(ModelResponse(parts=[TextPart(f'answer {run}: ' + draw(texts))], **rid))
+        elif ending == 'output_tool':
+            # The run ends on its output tool: the call, then pydantic-ai's return for it.
+            counter += 1
+            out = ToolCallPart('final_result', {'answer': draw(texts)}, tool_call_id=f'c{counter}')
+            messages.append(ModelResponse(parts=[out], **rid))
+            closing = [
+                ToolReturnPart('final_result', 'Final result processed.', tool_call_id=out.tool_call_id)
+            ]
+        else:
+            # The run ends on a deferred call left unresolved, closed out by `repair_messages`.
+            counter += 1
+            ask = ToolCallPart(
+                'delete_file', {'path': draw(st.sampled_from(PATHS))}, tool_call_id=f'c{counter}'
+            )
+            messages.append(ModelResponse(parts=[ask], **rid))
+            closing = [
+                ToolReturnPart(
+                    'delete_file',
+                    'The tool call was interrupted before a result was produced.',
+                    tool_call_id=ask.tool_call_id,
+                    metadata={'pydantic_ai_synthesized_tool_return': True},
+                )
+            ]
     return messages
 
 

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
+    BinaryContent,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -217,14 +218,51 @@ def test_interrupted_run_keeps_its_trace(mode: str) -> None:
     assert isolate(log, mode=mode) == log
 
 
-def test_run_ended_by_output_tool_keeps_its_trace() -> None:
-    log = History().user('extract').step(Tool('lookup', {'q': 'x'}, 'y')).build()
-    log.append(ModelResponse(parts=[ToolCallPart('final_result', {'value': 'y'}, tool_call_id='out')]))
-    log.append(
-        ModelRequest(parts=[ToolReturnPart('final_result', 'Final result processed.', tool_call_id='out')])
-    )
-    log += History().user('again').build()
-    assert isolate(log) == log
+def _ended_on(ending: str, *, stamp: bool) -> list[ModelMessage]:
+    """A run that ends on its output tool, or on a deferred call left unresolved, then a new prompt."""
+    log = History(stamp_runs=stamp).user('extract').step(Tool('lookup', {'q': 'x'}, 'y' * 400)).build()
+    rid = {'run_id': 'run-1'} if stamp else {}
+    if ending == 'output_tool':
+        log.append(
+            ModelResponse(parts=[ToolCallPart('final_result', {'value': 'y'}, tool_call_id='out')], **rid)
+        )
+        done = ToolReturnPart('final_result', 'Final result processed.', tool_call_id='out')
+        log.append(ModelRequest(parts=[done], **rid))
+    else:
+        log.append(ModelResponse(parts=[ToolCallPart('delete', {'path': 'a.py'}, tool_call_id='del')], **rid))
+        if ending == 'deferred_repaired':  # pydantic-ai's `repair_messages` closes it, without a run id
+            closed = ToolReturnPart(
+                'delete',
+                'The tool call was interrupted before a result was produced.',
+                tool_call_id='del',
+                metadata={'pydantic_ai_synthesized_tool_return': True},
+            )
+            log.append(ModelRequest(parts=[closed]))
+    return log + History(stamp_runs=stamp, _run=1).user('again').build()
+
+
+@pytest.mark.parametrize('stamp', [False, True])
+@pytest.mark.parametrize('ending', ['output_tool', 'deferred_repaired', 'deferred_with_results'])
+def test_run_ended_by_output_tool_or_deferred_call_is_isolated(ending: str, stamp: bool) -> None:
+    log = _ended_on('output_tool' if ending == 'output_tool' else ending, stamp=stamp)
+    if ending == 'deferred_with_results':
+        # The next run sends the deferred call's result with its prompt, in its first request.
+        if not stamp:
+            pytest.skip('a prompt beside a real result starts a run by its run id only')
+        first = log[-1]
+        log[-1] = dataclasses.replace(
+            first, parts=[ToolReturnPart('delete', 'deleted a.py', tool_call_id='del'), *first.parts]
+        )
+    assert [s.start for s in run_spans(log)][-1] == len(log) - 1
+    view = isolate(log)
+    assert 'y' * 400 not in str(view), 'the finished run keeps its tool trace'
+    ended = view[1]
+    assert isinstance(ended, ModelResponse)
+    assert ended.parts[0].content.startswith('[Record kept')
+    assert ended.parts[1:] == log[3].parts  # its last step stays as it was (pending stays visible)
+    assert view[2:] == log[4:]
+    validate_view(normalize(view))
+    assert isolate(view) == view
 
 
 def test_record_goes_after_the_answers_thinking() -> None:
@@ -237,13 +275,29 @@ def test_record_goes_after_the_answers_thinking() -> None:
 
 
 def test_mid_run_user_prompt_step_is_kept() -> None:
-    # A steering message inside a run (same run_id) is conversation, not tool machinery.
+    # A user-role message inside a run, in a request of its own (a format reminder): conversation.
     log, _, _ = two_runs(stamp=True)
-    steer = ModelRequest(parts=[*log[2].parts, UserPromptPart('also check views.py')], run_id=log[2].run_id)
-    log[2] = steer
+    log[3:3] = [
+        ModelResponse(parts=[TextPart('Two actions.')], run_id='run-1'),
+        ModelRequest(parts=[UserPromptPart('Reply with one action.')], run_id='run-1'),
+    ]
     view = isolate(log, run_id='run-2')
-    assert steer in view
-    assert log[1] in view
+    assert log[4] in view
+    validate_view(view)
+
+
+@pytest.mark.parametrize('mode', ['digest', 'drop', 'mask'])
+def test_tool_return_content_goes_with_its_step(mode: str) -> None:
+    """`ToolReturn(value, content=[...])` is recorded as a user prompt part beside the result: it is
+    the tool's output, collapsed with its step like a dict return, never kept as a user turn."""
+    log, _, _ = two_runs(stamp=True)
+    shot = UserPromptPart(['page:', BinaryContent(b'\x89PNG' + bytes(64), media_type='image/png')])
+    log[2] = dataclasses.replace(log[2], parts=[*log[2].parts, shot])
+    assert [s.start for s in run_spans(log)] == [0, 6]
+    view = isolate(log, run_id='run-2', mode=mode)
+    assert shot not in [p for m in view for p in m.parts]
+    plain, _, _ = two_runs(stamp=True)
+    assert len(view) == len(isolate(plain, run_id='run-2', mode=mode))
     validate_view(view)
 
 

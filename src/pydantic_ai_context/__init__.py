@@ -62,7 +62,16 @@ from .settings import ContextSettings
 from .store import Artifact, ArtifactStore, MemoryStore, SessionInfo, SessionStore, SqliteStore, open_store
 from .store._compat import CONVERSATION_STORE_NAMES, HAS_CONVERSATION_STORE, require_conversation_store
 from .tokens import HeuristicCounter, TiktokenCounter, TokenCounter
-from .views import CompileContext, Policy, RunSpan, compile_view, conversation_view, current_run, run_spans
+from .views import (
+    CompileContext,
+    Policy,
+    RunSpan,
+    compile_view,
+    conversation_view,
+    current_prompt,
+    current_run,
+    run_spans,
+)
 
 if TYPE_CHECKING or HAS_CONVERSATION_STORE:
     from .store import MemoryConversationStore as MemoryConversationStore
@@ -126,6 +135,7 @@ __all__ = [
     'compact_result',
     'compile_view',
     'conversation_view',
+    'current_prompt',
     'current_run',
     'dedupe_reads',
     'fit_to_budget',

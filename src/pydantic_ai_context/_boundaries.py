@@ -16,6 +16,16 @@ tool results) starts a run, unless
 
 A wrong "same run" only keeps a finished run's trace in view longer (the budget still governs
 it); a wrong boundary would hide the agent's reasoning in the middle of its task.
+
+Not every user prompt part is a prompt. A tool that returns `ToolReturn(value, content=[...])`
+(pydantic-ai's way to send images and files back) is recorded as its `ToolReturnPart` plus a
+`UserPromptPart` holding `content`, in the same request, after the results: that part is the tool's
+output (`is_tool_content`), never a user turn. A user prompt beside results that only close the
+previous run (an output tool's return, a result synthesized for a call that never ran) is a prompt:
+the next run's, merged into the request that closed the last one (`has_prompt`).
+
+The run in progress has a prompt too (`current_prompt`): the task at hand, kept in every view like
+the first prompt (DESIGN.md invariant 1).
 """
 
 from __future__ import annotations
@@ -23,21 +33,46 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from typing import Final
+from typing import Any, Final
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart, UserPromptPart
 
 from . import _parts
 
 __all__ = (
+    'OUTPUT_TOOL_NAME',
     'REMINDER_MAX_CHARS',
+    'closes_previous',
+    'closes_run',
     'continues_task',
+    'current_prompt',
+    'has_prompt',
     'is_summary',
+    'is_tool_content',
+    'prompt_parts',
     'prompt_text',
+    'run_prompt',
     'run_starts',
     'starts_at',
     'starts_run',
 )
+
+OUTPUT_TOOL_NAME: Final = 'final_result'
+"""pydantic-ai's name for an output tool (`final_result`, or `final_result_<Type>` with several)."""
+
+_OUTPUT_TOOL_RESULTS: Final = frozenset(
+    {
+        'Final result processed.',
+        'Output tool not used - a final result was already processed.',
+        'Output tool not used - output failed validation.',
+        'Output tool not used - output function execution failed.',
+        'Output tool not used - result failed validation.',
+    }
+)
+"""What pydantic-ai (1.x and 2.x) records as an output tool's return, whatever the tool's name."""
+
+_SYNTHESIZED: Final = 'pydantic_ai_synthesized_tool_return'
+"""The metadata key of a result pydantic-ai's `repair_messages` made up for a call that never ran."""
 
 REMINDER_MAX_CHARS: Final = 1_500
 """A format reminder longer than this is read as a new request."""
@@ -61,17 +96,70 @@ def is_summary(message: ModelMessage) -> bool:
     return (_parts.marker(message) or {}).get('kind') == SUMMARY_KIND
 
 
+def closes_run(part: Any) -> bool:
+    """A tool result that ends a run rather than feeds the model: an output tool's return, or a
+    result synthesized for a call that never ran (a deferred call left unresolved, an interrupt:
+    pydantic-ai's `repair_messages`, `outcome='interrupted'`, this package's `normalize`)."""
+    if not isinstance(part, ToolReturnPart):
+        return False
+    name = part.tool_name or ''
+    if name == OUTPUT_TOOL_NAME or name.startswith(OUTPUT_TOOL_NAME + '_'):
+        return True
+    if isinstance(part.content, str) and part.content in _OUTPUT_TOOL_RESULTS:
+        return True
+    if getattr(part, 'outcome', None) == 'interrupted':
+        return True
+    metadata = part.metadata
+    if not isinstance(metadata, dict):
+        return False
+    return metadata.get(_SYNTHESIZED) is True or (_parts.marker(part) or {}).get('kind') == 'synthetic'
+
+
+def _feeds_model(message: ModelMessage) -> bool:
+    """The request holds a tool result the model is to read (not only results that close a run)."""
+    return any(not closes_run(p) for p in _parts.tool_results(message))
+
+
+def closes_previous(message: ModelMessage) -> bool:
+    """The request holds results that closed the previous run (not only ones `normalize` made up
+    for calls left without a result: a prompt after those still follows rule 1)."""
+    return any(
+        closes_run(p) and (_parts.marker(p) or {}).get('kind') != 'synthetic'
+        for p in _parts.tool_results(message)
+    )
+
+
+def is_tool_content(part: Any, message: ModelMessage) -> bool:
+    """`part` (of `message`) is content a tool returned (`ToolReturn(content=...)`), not a user turn:
+    a user prompt part in a request that answers the model's tool calls."""
+    return isinstance(part, UserPromptPart) and _feeds_model(message)
+
+
+def has_prompt(message: ModelMessage) -> bool:
+    """A request holding a user prompt that is no tool's content (see `is_tool_content`)."""
+    return _parts.has_user_prompt(message) and not _feeds_model(message)
+
+
+def prompt_parts(message: ModelMessage, *, run_start: bool = False) -> list[UserPromptPart]:
+    """The user prompt parts of `message` that are a prompt: none when they are tool content, unless
+    the request starts a run (a run id's first request: a prompt sent with deferred tool results)."""
+    if not isinstance(message, ModelRequest) or (not run_start and _feeds_model(message)):
+        return []
+    return [p for p in message.parts if isinstance(p, UserPromptPart)]
+
+
 def starts_run(message: ModelMessage) -> bool:
-    """A request holding a user prompt and no tool results: where a run may start (see `run_starts`)."""
-    return _parts.has_user_prompt(message) and not _parts.tool_results(message)
+    """A request holding a prompt, beside no result the model is to read: where a run may start (see
+    `run_starts`)."""
+    return has_prompt(message)
 
 
 def prompt_text(message: ModelMessage) -> str:
-    """The text of a request's user prompts (non-text content is left out), stripped."""
+    """The text of a request's user prompts (non-text content and tool content are left out), stripped."""
     if not isinstance(message, ModelRequest):
         return ''
     chunks: list[str] = []
-    for part in message.parts:
+    for part in prompt_parts(message):
         if isinstance(part, UserPromptPart):
             content = part.content
             if isinstance(content, str):
@@ -81,9 +169,13 @@ def prompt_text(message: ModelMessage) -> str:
     return '\n'.join(chunks).strip()
 
 
-def continues_task(previous: ModelMessage | None, text: str, earlier: AbstractSet[str]) -> bool:
-    """Whether a user prompt with `text`, after `previous`, continues the task (rules 1 to 4)."""
-    if isinstance(previous, ModelResponse) and _parts.tool_calls(previous):
+def continues_task(
+    previous: ModelMessage | None, text: str, earlier: AbstractSet[str], *, closing: bool = False
+) -> bool:
+    """Whether a user prompt with `text`, after `previous`, continues the task (rules 1 to 4).
+    `closing`: the prompt's request holds the results that closed `previous`'s calls (an output
+    tool's, synthesized ones), so the prompt follows a finished run, not the middle of a step."""
+    if not closing and isinstance(previous, ModelResponse) and _parts.tool_calls(previous):
         return True
     if not text:
         return False
@@ -99,9 +191,11 @@ def starts_at(messages: Sequence[ModelMessage], i: int, earlier: AbstractSet[str
     message = messages[i]
     if i == 0:
         return True
-    if not _parts.has_user_prompt(message) or _parts.tool_results(message):
+    if not has_prompt(message):
         return False
-    return is_summary(message) or not continues_task(messages[i - 1], prompt_text(message), earlier)
+    return is_summary(message) or not continues_task(
+        messages[i - 1], prompt_text(message), earlier, closing=closes_previous(message)
+    )
 
 
 def run_starts(messages: Sequence[ModelMessage]) -> list[int]:
@@ -114,3 +208,26 @@ def run_starts(messages: Sequence[ModelMessage]) -> list[int]:
         if text := prompt_text(message):
             earlier.add(text)
     return starts
+
+
+def run_prompt(messages: Sequence[ModelMessage], start: int, end: int) -> int | None:
+    """Where the prompt of the run `messages[start:end]` is: its first request holding a prompt
+    before its first response (the run's first request counts whatever it holds beside), or None
+    (a run resumed without a prompt, e.g. with deferred tool results only)."""
+    for i in range(start, end):
+        message = messages[i]
+        if isinstance(message, ModelResponse):
+            return None
+        if prompt_parts(message, run_start=i == start):
+            return i
+    return None
+
+
+def current_prompt(messages: Sequence[ModelMessage], spans: Sequence[tuple[int, int]]) -> int | None:
+    """Where the current run's prompt is (the task at hand, DESIGN.md invariant 1): the prompt of the
+    newest run that has one, given the runs as (start, end) in order, the current one last."""
+    for start, end in reversed(spans):
+        found = run_prompt(messages, start, end)
+        if found is not None:
+            return found
+    return None

@@ -53,6 +53,7 @@ from pydantic_ai.messages import (
 )
 
 from . import _parts
+from ._boundaries import has_prompt
 from .budget import ContextBudget
 from .integrity import check_messages, normalize, patch_dangling_tool_calls
 from .overhead import RequestOverhead
@@ -333,7 +334,7 @@ def history_stats(
     calls = 0
     for message in messages:
         record = _parts.marker(message)
-        if _parts.has_user_prompt(message) and not (record and record.get('kind') == MARKER_KIND):
+        if has_prompt(message) and not (record and record.get('kind') == MARKER_KIND):
             user_turns += 1
         calls += len(_parts.tool_calls(message))
         for result in _parts.tool_results(message):

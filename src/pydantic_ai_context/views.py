@@ -26,6 +26,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from ._boundaries import current_prompt as _current_prompt
 from ._boundaries import prompt_text, starts_at
 from ._markers import OriginalsSink
 from ._prefix import begins_with, equal_prefix
@@ -42,6 +43,7 @@ __all__ = (
     'Step',
     'compile_view',
     'conversation_view',
+    'current_prompt',
     'current_run',
     'run_spans',
 )
@@ -164,6 +166,33 @@ def current_run(messages: Sequence[ModelMessage], *, run_id: str | None = None) 
             if span.run_id == run_id:
                 return span
     return spans[-1]
+
+
+def current_prompt(messages: Sequence[ModelMessage], *, run_id: str | None = None) -> int | None:
+    """The index of the request holding the current run's prompt (the task at hand, kept in every
+    view like the first prompt): the prompt of the run in progress (`current_run`), or of the newest
+    run before it that has one (a run resumed without a prompt carries on that task). None without one.
+
+    Example:
+        ```python
+        from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+        from pydantic_ai_context.views import current_prompt
+
+        log = [
+            ModelRequest(parts=[UserPromptPart('hi')]),
+            ModelResponse(parts=[TextPart('hello')]),
+            ModelRequest(parts=[UserPromptPart('now write the report')]),
+        ]
+        assert current_prompt(log) == 2
+        ```
+    """
+    spans = run_spans(messages)
+    if not spans:
+        return None
+    current = current_run(messages, run_id=run_id)
+    upto = [(s.start, s.end) for s in spans if current is None or s.start <= current.start]
+    return _current_prompt(messages, upto)
 
 
 def conversation_view(

@@ -43,7 +43,8 @@ def normalize_with_repairs(messages: Sequence[ModelMessage]) -> tuple[list[Model
 
     Repairs, each safe for a view (the log keeps everything):
 
-    - empty messages are dropped; consecutive requests (or responses) are merged into one;
+    - empty messages are dropped; consecutive requests (or responses) are merged into one (a
+      request that opens a new run, by its prompt and run id, gives the merged one its run id);
     - leading responses are dropped (a view starts with a request);
     - results whose call is not in the response right before them are dropped (orphans),
       as are repeated call ids within one response and repeated results for one call;
@@ -180,6 +181,15 @@ def _merge_adjacent(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
                 instructions=slot.message.instructions or prev.message.instructions,
                 metadata=_merged_metadata(prev.message, slot.message),
             )
+            later = getattr(slot.message, 'run_id', None)
+            if (
+                later
+                and later != getattr(prev.message, 'run_id', None)
+                and _parts.has_user_prompt(slot.message)
+            ):
+                # A run's prompt after the request that closed the previous run (its output tool's
+                # return, a result made up for a call left unresolved): the request is the new run's.
+                merged = dataclasses.replace(merged, run_id=later)
             out[-1] = _Slot(merged, prev.sources + slot.sources)
             repairs.append(
                 Repair(

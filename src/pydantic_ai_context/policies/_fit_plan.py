@@ -20,6 +20,7 @@ from typing import Any, Final
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from pydantic_ai_context import _markers, _parts
+from pydantic_ai_context._boundaries import is_tool_content
 from pydantic_ai_context._memo import PINNED_FIELDS, ObjectMemo
 from pydantic_ai_context._prefix import first_difference
 from pydantic_ai_context._scope import active_generation
@@ -42,8 +43,9 @@ __all__ = (
     '_unit_kind',
 )
 
-# Request parts of an ordinary agent step: tool results and retry feedback. A step holding anything
-# else (a later user prompt, an instruction change...) is part of the conversation: dropped last.
+# Request parts of an ordinary agent step: tool results and retry feedback (and content a tool
+# returned beside its result). A step holding anything else (a later user prompt, an instruction
+# change...) is part of the conversation: dropped last.
 _STEP_REQUEST_KINDS: Final = frozenset({'tool-return', 'retry-prompt', 'retry-feedback'})
 
 
@@ -83,9 +85,24 @@ class _Plan:
     reading: _Reading | None = None
     kinds: list[int] = field(default_factory=list)
     """The kind of each unit (`_STEP`, `_CONVERSATION`, `_NEVER`)."""
+    prompt_at: int | None = None
+    """Where the current run's prompt is, when its step is one of `units` (not in the head)."""
+
+    def prompt(self) -> ModelMessage | None:
+        """The request holding the current run's prompt, when it is outside the head."""
+        return self.messages[self.prompt_at] if self.prompt_at is not None else None
 
     @classmethod
-    def of(cls, messages: Sequence[ModelMessage], *, keep_last_steps: int, reading: _Reading) -> _Plan:
+    def of(
+        cls,
+        messages: Sequence[ModelMessage],
+        *,
+        keep_last_steps: int,
+        reading: _Reading,
+        prompt_at: int | None = None,
+    ) -> _Plan:
+        """The plan of `messages`. `prompt_at`: where the current run's prompt is (the task at hand):
+        the step holding it is never dropped, like the head."""
         first_prompt = next((i for i, m in enumerate(messages) if _parts.has_user_prompt(m)), None)
         if first_prompt is None:
             first_prompt = next((i for i, m in enumerate(messages) if isinstance(m, ModelRequest)), 0)
@@ -96,7 +113,7 @@ class _Plan:
         kinds = reading.kinds
         # What the previous plan found before the first message that changed is reused when the
         # safe cut points there are the same (see `_Reading.plan`): a plan costs the new steps.
-        reused = reading.reusable_plan(head_end, cuts)
+        reused = reading.reusable_plan(head_end, cuts, prompt_at)
         old_kinds: list[int] = []
         old_steps: list[int] = []
         old_conversation: list[int] = []
@@ -117,6 +134,10 @@ class _Plan:
             head_end = starts[0]
         unit_kinds = old_kinds[:closed]
         unit_kinds += [max(kinds[start:end]) for start, end in units[closed:]]
+        if prompt_at is not None and units and prompt_at >= units[0][0]:
+            # The current run's prompt is task framing (DESIGN.md invariant 1): its step stays.
+            at = bisect.bisect_right(starts, prompt_at) - 1
+            unit_kinds[at] = _NEVER
         limit = max(len(units) - keep_last_steps, 0)
         # The previous lists hold the units below its own limit only.
         same = min(closed, limit, old_limit)
@@ -124,7 +145,16 @@ class _Plan:
         steps += [u for u in range(same, limit) if unit_kinds[u] == _STEP]
         conversation = old_conversation[: bisect.bisect_left(old_conversation, same)]
         conversation += [u for u in range(same, limit) if unit_kinds[u] == _CONVERSATION]
-        reading.plan = (first_prompt + 1, cuts, plan_starts, unit_kinds, steps, conversation, limit)
+        reading.plan = (
+            first_prompt + 1,
+            cuts,
+            plan_starts,
+            unit_kinds,
+            steps,
+            conversation,
+            limit,
+            prompt_at,
+        )
         reading.plan_valid = n
         return cls(
             messages,
@@ -134,6 +164,7 @@ class _Plan:
             min(keep_last_steps, len(units)),
             reading=reading,
             kinds=unit_kinds,
+            prompt_at=prompt_at if prompt_at is not None and units and prompt_at >= units[0][0] else None,
         )
 
     def build(self, dropped: set[int], sizes: list[int]) -> list[ModelMessage]:
@@ -260,10 +291,10 @@ class _Reading:
     note_span: tuple[str, tuple[str, ...]] | None = None
     noted: tuple[ModelMessage, dict[str, Any], ModelMessage] | None = None
     """The request the latest note went into, the note's record, and the request with the note."""
-    plan: tuple[int, list[int], list[int], list[int], list[int], list[int], int] | None = None
+    plan: tuple[int, list[int], list[int], list[int], list[int], list[int], int, int | None] | None = None
     """What the latest `_Plan.of` found: the head's end it started from, the safe cut points, the
-    steps' starts, their kinds, the droppable steps and conversation units (in order) and how many
-    units were droppable."""
+    steps' starts, their kinds, the droppable steps and conversation units (in order), how many
+    units were droppable, and where the current run's prompt was."""
     plan_valid: int = 0
     """`plan` holds for `messages[:plan_valid]`: the messages it was made for that no later reading
     found changed (0: no plan)."""
@@ -325,15 +356,16 @@ class _Reading:
         self.notes = notes
 
     def reusable_plan(
-        self, head_end: int, cuts: list[int]
+        self, head_end: int, cuts: list[int], prompt_at: int | None = None
     ) -> tuple[int, list[int], list[int], list[int], list[int], int] | None:
         """The previous plan's (valid, starts, kinds, steps, conversation units, limit) when what it found
-        before message `valid` (the first one that changed) holds for `cuts` too: the same head,
-        and the same safe cut points before `valid` (a new result may answer an old call)."""
+        before message `valid` (the first one that changed) holds for `cuts` too: the same head, the
+        same current prompt, and the same safe cut points before `valid` (a new result may answer an
+        old call)."""
         plan, valid = self.plan, self.plan_valid
-        if plan is None or plan[0] != head_end or valid <= head_end:
+        if plan is None or plan[0] != head_end or valid <= head_end or plan[7] != prompt_at:
             return None
-        _, old_cuts, starts, kinds, steps, conversation, limit = plan
+        _, old_cuts, starts, kinds, steps, conversation, limit, _ = plan
         below = bisect.bisect_left(cuts, valid)
         if below != bisect.bisect_left(old_cuts, valid) or cuts[:below] != old_cuts[:below]:
             return None
@@ -373,7 +405,8 @@ def _unit_kind(segment: Sequence[ModelMessage]) -> str:
         if _parts.message_pinned(message) or _parts.has_system_prompt(message):
             return 'never'
         if isinstance(message, ModelRequest) and any(
-            getattr(p, 'part_kind', None) not in _STEP_REQUEST_KINDS for p in message.parts
+            getattr(p, 'part_kind', None) not in _STEP_REQUEST_KINDS and not is_tool_content(p, message)
+            for p in message.parts
         ):
             kind = 'conversation'
     return kind

@@ -27,6 +27,7 @@ from pydantic_ai.messages import (
 )
 
 from pydantic_ai_context import _markers, _parts
+from pydantic_ai_context._boundaries import prompt_parts
 from pydantic_ai_context._prefix import first_difference
 from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.integrity import safe_cut_points
@@ -193,20 +194,31 @@ def kept_in(
     unresolved: set[str],
     *,
     candidates: Sequence[int] | None = None,
+    prompt_at: int | None = None,
 ) -> Kept:
     """What `messages[start:end]` must keep verbatim. `candidates`: the only indices in that range,
-    in order, that can keep anything (when known; see `may_keep`)."""
+    in order, that can keep anything (when known; see `may_keep`); `prompt_at`: where the current
+    run's prompt is (the task at hand stays verbatim, DESIGN.md invariant 1)."""
     kept = Kept()
-    for i in candidates if candidates is not None else range(start, end):
+    indices = candidates if candidates is not None else range(start, end)
+    if prompt_at is not None and start <= prompt_at < end and prompt_at not in indices:
+        indices = sorted([*indices, prompt_at])
+    for i in indices:
         message = messages[i]
         pinned = _parts.is_pinned(message)
         part: Any
         if isinstance(message, ModelRequest):
+            prompt = prompt_parts(message, run_start=True) if i == prompt_at else []
             for part in message.parts:
                 if _parts.is_tool_result(part):
                     continue  # kept with its call, below
                 kind = getattr(part, 'part_kind', '')
-                if isinstance(part, SystemPromptPart) or pinned or _parts.is_pinned(part):
+                if (
+                    isinstance(part, SystemPromptPart)
+                    or pinned
+                    or _parts.is_pinned(part)
+                    or any(part is p for p in prompt)  # the task at hand
+                ):
                     kept.request_parts.append(part)
                 elif kind not in _SUMMARISABLE_REQUEST:
                     kept.request_parts.append(part)  # framework state we do not understand

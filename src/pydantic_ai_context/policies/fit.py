@@ -28,7 +28,7 @@ from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.errors import ContextBudgetExceeded
 from pydantic_ai_context.integrity import safe_cut_points
 from pydantic_ai_context.tokens import TokenCounter, message_tokens
-from pydantic_ai_context.views import CompileContext
+from pydantic_ai_context.views import CompileContext, current_prompt
 
 from ._base import LastCall, SyncPolicy, context_key, last_call, replay_note
 from ._fit_note import _EPOCH as _EPOCH
@@ -43,6 +43,7 @@ from ._fit_plan import _KINDS as _KINDS
 from ._fit_plan import _NEVER, _STEP, _Dropped, _Plan, _Reading
 from ._fit_plan import _STEP_REQUEST_KINDS as _STEP_REQUEST_KINDS
 from ._fit_plan import _unit_kind as _unit_kind
+from ._prompt_clamp import clamp_prompt
 from .trim import clip_arguments, shorten_native_results, shorten_results
 
 __all__ = ('FitToBudget', 'fit_to_budget')
@@ -54,7 +55,9 @@ class FitToBudget(SyncPolicy):
 
     A step is a model response and the request that answers it (its tool results), so dropping
     one never leaves a tool call or result without its partner. Always kept: the first request up
-    to the first user prompt (system prompt and task), steps with pinned content or system
+    to the first user prompt (system prompt and task), the step holding the current run's prompt
+    (the task at hand; when it alone is larger than the room left once nothing else can go, its
+    text is clamped to head + tail, readable back), steps with pinned content or system
     prompts, and the last `keep_last_steps` steps (the newest request always). Steps are dropped
     oldest first; steps carrying a later user prompt (the conversation itself) only once no other
     step is left. One user-role note, in the request right before the first gap, says how many
@@ -274,7 +277,12 @@ class FitToBudget(SyncPolicy):
     ) -> list[ModelMessage]:
         counter = context.counter
         reading = self._reading = _Reading.of(messages, counter, self._reading)
-        plan = _Plan.of(messages, keep_last_steps=max(self.keep_last_steps, 1), reading=reading)
+        plan = _Plan.of(
+            messages,
+            keep_last_steps=max(self.keep_last_steps, 1),
+            reading=reading,
+            prompt_at=current_prompt(messages, run_id=context.run_id),
+        )
         acc = [0, *itertools.accumulate(reading.tokens)]
         sizes = [acc[e] - acc[s] for s, e in plan.units]
         dropped: set[int] = set()
@@ -371,11 +379,17 @@ class FitToBudget(SyncPolicy):
         older = {
             u for u in range(len(plan.units) - plan.protected, len(plan.units) - 1) if plan.kinds[u] != _NEVER
         }
+        extra = 0
         if older - dropped:
             smaller = plan.build(dropped | older, sizes)
             out, used = self._shrink_recent(smaller, plan, limit, context)
+            extra = sum(plan.units[u][1] - plan.units[u][0] for u in older - dropped)
             if used <= limit:
-                return out, used, sum(plan.units[u][1] - plan.units[u][0] for u in older - dropped)
+                return out, used, extra
+        # The current run's prompt, larger than the room left on its own, is clamped (readable back).
+        clamped = clamp_prompt(out, plan.prompt(), used, limit, context)
+        if clamped is not None:
+            return clamped[0], clamped[1], extra
         raise ContextBudgetExceeded(
             used,
             limit,

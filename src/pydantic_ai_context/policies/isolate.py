@@ -26,7 +26,15 @@ from pydantic_ai.messages import (
 )
 
 from pydantic_ai_context import _markers, _parts, _scope
-from pydantic_ai_context._boundaries import continues_task, is_summary, prompt_text, starts_run
+from pydantic_ai_context._boundaries import (
+    closes_previous,
+    closes_run,
+    continues_task,
+    is_summary,
+    is_tool_content,
+    prompt_text,
+    starts_run,
+)
 from pydantic_ai_context._facts import call_summary, digest
 from pydantic_ai_context._markers import OriginalsSink
 from pydantic_ai_context.tokens import TokenCounter
@@ -105,9 +113,13 @@ class IsolateBoundaries(SyncPolicy):
     ref that reads the whole step back (`read_context`).
 
     Steps that carry more than tool machinery (pinned content, a user or system prompt, a
-    framework part this package does not know) are kept whole in every mode. A run without a
-    final text answer (interrupted, or ended by an output tool) keeps its trace: its pending state
-    stays visible (invariant 5). A run whose final answer is pinned is masked rather than digested,
+    framework part this package does not know) are kept whole in every mode; content a tool
+    returned beside its result (`ToolReturn(content=...)`, recorded as a user prompt part) is tool
+    machinery, and goes with its step. A run that ended on tool calls (an output tool such as
+    `final_result`, or a deferred call left unresolved) collapses like one that ended on a text
+    answer, its last response and the results that closed it kept as they are (the record goes
+    into that response), so what is pending stays visible (invariant 5). A run that was
+    interrupted in the middle of a step keeps its trace. A run whose final answer is pinned is masked rather than digested,
     so the pinned message stays verbatim. Collapsed answers carry a metadata marker, so compiling a
     view of the view changes nothing.
 
@@ -240,9 +252,10 @@ class IsolateBoundaries(SyncPolicy):
     ) -> _Collapsed | None:
         """The run with its trace collapsed, or None when it has nothing to collapse."""
         head_end = next((i for i, m in enumerate(run) if _parts.has_user_prompt(m)), None)
-        answer = run[-1] if run else None
-        if head_end is None or not _is_final_answer(answer) or len(run) - 1 <= head_end + 1:
+        end = _answer_at(run)
+        if head_end is None or end is None or end <= head_end + 1:
             return None
+        answer, after = run[end], list(run[end + 1 :])
         if any((_parts.marker(m) or {}).get('kind') in _SUMMARY_BLOCK for m in run):
             # A summary block of a compiled view (summary, acknowledgement, kept steps) is no run
             # of its own: what it kept stays, or a view of the view would differ from the view.
@@ -252,7 +265,7 @@ class IsolateBoundaries(SyncPolicy):
             # Already collapsed or masked here (a view of a view, or a log a 1.x run rewrote): what
             # was decided stays, so compiling a view again changes nothing.
             return None
-        trace = list(run[head_end + 1 : -1])
+        trace = list(run[head_end + 1 : end])
         if mode == 'digest' and _parts.message_pinned(answer):
             mode = 'mask'
         kept, collapsed = _split_steps(trace)
@@ -260,7 +273,7 @@ class IsolateBoundaries(SyncPolicy):
             masked, n = _mask(trace, kept, counter, originals)
             if n == 0:
                 return None
-            return _Collapsed([*run[: head_end + 1], *masked, answer], n)
+            return _Collapsed([*run[: head_end + 1], *masked, answer, *after], n)
         if not collapsed:
             return None
         n_calls = sum(len(_parts.tool_calls(m)) for step in collapsed for m in step)
@@ -269,7 +282,7 @@ class IsolateBoundaries(SyncPolicy):
         ref = _markers.span_ref(span)
         text = _record_text(span, ref, calls=mode == 'digest', shorten=shorten)
         if text is None:  # 'drop' with no notes to keep
-            return _Collapsed([*run[: head_end + 1], *body, answer], n_calls)
+            return _Collapsed([*run[: head_end + 1], *body, answer, *after], n_calls)
         _markers.keep_span(originals, ref, span)
         new_answer = dataclasses.replace(
             answer,
@@ -285,7 +298,7 @@ class IsolateBoundaries(SyncPolicy):
                 },
             ),
         )
-        return _Collapsed([*run[: head_end + 1], *body, new_answer], n_calls)
+        return _Collapsed([*run[: head_end + 1], *body, new_answer, *after], n_calls)
 
 
 @dataclass
@@ -357,7 +370,9 @@ def _continues_last_run(log: Sequence[ModelMessage], tail: Sequence[ModelMessage
             earlier = {t for m in log if (t := prompt_text(m))}
         previous = tail[j - 1] if j else log[-1]
         text = prompt_text(message)
-        if is_summary(message) or not continues_task(previous, text, earlier):
+        if is_summary(message) or not continues_task(
+            previous, text, earlier, closing=closes_previous(message)
+        ):
             return False
         earlier.add(text)
     return True
@@ -403,9 +418,10 @@ def _isolated(message: ModelMessage) -> bool:
 
 def _run_notes(run: Sequence[ModelMessage]) -> list[str]:
     """The assistant's notes in a run's trace (not its final answer): what a record would quote."""
+    end = _answer_at(run)
     return [
         p.content
-        for m in run[:-1]
+        for m in run[: end if end is not None else len(run) - 1]
         if isinstance(m, ModelResponse)
         for p in m.parts
         if isinstance(p, TextPart) and p.content.strip()
@@ -435,6 +451,27 @@ def _is_final_answer(message: ModelMessage | None) -> bool:
     )
 
 
+def _answer_at(run: Sequence[ModelMessage]) -> int | None:
+    """Where a finished run's answer is: its last message when that is a text answer; else its last
+    response when the run ended on tool calls that no later step of it answered (an output tool's
+    call with its return, a deferred call left unresolved): that step stays as it is, so whatever is
+    still pending stays visible (invariant 5). None for a run that ended otherwise."""
+    if not run:
+        return None
+    if _is_final_answer(run[-1]):
+        return len(run) - 1
+    end = len(run) - 1
+    while end >= 0 and isinstance(run[end], ModelRequest):
+        end -= 1
+    if end < 0 or not _parts.tool_calls(run[end]):
+        return None
+    # What follows the last response holds only the results that closed its calls (or none yet).
+    for message in run[end + 1 :]:
+        if _parts.has_user_prompt(message) or not all(closes_run(p) for p in _parts.tool_results(message)):
+            return None
+    return end
+
+
 def _split_steps(trace: list[ModelMessage]) -> tuple[list[list[ModelMessage]], list[list[ModelMessage]]]:
     """Group the trace into steps (a response and the requests after it); split kept from collapsible.
 
@@ -456,7 +493,8 @@ def _must_keep(step: list[ModelMessage]) -> bool:
         if _parts.message_pinned(message):
             return True
         if isinstance(message, ModelRequest) and any(
-            getattr(p, 'part_kind', None) not in _TRACE_REQUEST_KINDS for p in message.parts
+            getattr(p, 'part_kind', None) not in _TRACE_REQUEST_KINDS and not is_tool_content(p, message)
+            for p in message.parts
         ):
             return True
     # A step that does not start with a response (a malformed trace) is left for normalize.
@@ -489,6 +527,9 @@ def _mask(
                 changed = True
                 n += 1
             parts.append(part)
+        if changed:
+            # What the tools returned beside their results (`ToolReturn` content) goes with them.
+            parts = [p for p in parts if not is_tool_content(p, message)]
         out.append(dataclasses.replace(message, parts=parts) if changed else message)
     return out, n
 

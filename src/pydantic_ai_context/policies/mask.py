@@ -12,6 +12,7 @@ from typing import Any, Final
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 
 from pydantic_ai_context import _facts, _markers, _native_tools, _parts
+from pydantic_ai_context._boundaries import is_tool_content
 from pydantic_ai_context._memo import ObjectMemo, remembered_copy
 from pydantic_ai_context.views import CompileContext
 
@@ -257,6 +258,10 @@ class MaskObservations(SyncPolicy):
                 if new_part is not None:
                     parts[j] = new_part
                     changed = True
+        if changed and all(_parts.marker(p) is not None for p in parts if isinstance(p, ToolReturnPart)):
+            # What the tools returned beside their results (`ToolReturn` content: images, files)
+            # goes with them; `read_context` on a result's ref reads it back.
+            parts = [p for p in parts if not is_tool_content(p, message)]
         return dataclasses.replace(message, parts=parts) if changed else message
 
     def _mask_native(self, message: ModelResponse, context: CompileContext) -> ModelResponse:

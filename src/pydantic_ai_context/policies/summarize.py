@@ -44,6 +44,7 @@ from pydantic_ai_context.policies._summary_block import (
     KEPT_KIND,
     MARKER_KIND,
     BlockMemo,
+    Kept,
     Zones,
     assemble_block,
     earlier_ref,
@@ -63,7 +64,7 @@ from pydantic_ai_context.policies.summariser import (
     summary_prompt,
 )
 from pydantic_ai_context.policies.summary_cache import InMemorySummaryCache, SummaryCache
-from pydantic_ai_context.views import CompileContext
+from pydantic_ai_context.views import CompileContext, current_prompt
 
 # The summariser call, the summary cache and the summary's block live in their own modules; their
 # names stay importable from here, where they were first published.
@@ -323,7 +324,8 @@ class SummarizeWindow(AsyncPolicy):
                 step_messages=self.step_messages,
             )
         unresolved = reading.unresolved_failures()
-        kept = kept_in(messages, zones.start, end, unresolved, candidates=reading.may_keep(zones.start, end))
+        prompt_at = current_prompt(messages, run_id=context.run_id)  # the task at hand stays verbatim
+        kept = _kept(messages, zones.start, end, unresolved, reading, prompt_at)
         while (
             kept.loose_response_at is not None
             and isinstance(messages[end], ModelResponse)
@@ -332,9 +334,7 @@ class SummarizeWindow(AsyncPolicy):
             # A kept response part with no call to pair with cannot sit before a tail that starts with a
             # response; leave that message in the tail instead.
             end = max([c for c in safe_cut_points(messages) if zones.start <= c <= kept.loose_response_at])
-            kept = kept_in(
-                messages, zones.start, end, unresolved, candidates=reading.may_keep(zones.start, end)
-            )
+            kept = _kept(messages, zones.start, end, unresolved, reading, prompt_at)
         if end <= zones.start:
             return messages
         if interim is not None:
@@ -504,6 +504,20 @@ def _fitted_by_a_drop(
         # first request and the note make one request).
         and any(drop_record(m) is not None for m in messages[: zones.start + 1])
         and ledger.count(messages, 0, len(messages), context.counter) <= budget.limit
+    )
+
+
+def _kept(
+    messages: Sequence[ModelMessage],
+    start: int,
+    end: int,
+    unresolved: set[str],
+    reading: Reading,
+    prompt_at: int | None,
+) -> Kept:
+    """`kept_in` of the span, reading only the messages that may keep something (and the current prompt)."""
+    return kept_in(
+        messages, start, end, unresolved, candidates=reading.may_keep(start, end), prompt_at=prompt_at
     )
 
 

@@ -33,6 +33,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from .. import _native_tools, _parts
+from .._boundaries import is_tool_content
 from .._markers import READ_CONTEXT, SEARCH_CONTEXT, has_ref, is_readback, ref_of
 from .._memo import ObjectMemo
 from ..integrity import unique_call_ids
@@ -128,16 +129,32 @@ def _find_result(ref: str, log: Sequence[ModelMessage]) -> Any:
     return None
 
 
+def _tool_content(ref: str, log: Sequence[ModelMessage]) -> str:
+    """What the tools of result `ref`'s request returned beside their results (`ToolReturn` content),
+    as lines after the result's text ('' when there is none)."""
+    for message in reversed(log):
+        if any(p.tool_call_id == ref for p in _parts.tool_results(message)):
+            parts: list[Any] = [p for p in message.parts if is_tool_content(p, message)]
+            return ''.join(
+                f'\n[returned beside the results of this step: {_parts.user_content_text(p.content)}'
+                f'{_files(p.content)}]'
+                for p in parts
+            )
+    return ''
+
+
+def _files(content: Any) -> str:
+    n = sum(1 for item in _parts.content_items(content) if _parts.is_binary_item(item))
+    return f' (+{n} file{"s" if n != 1 else ""})' if n else ''
+
+
 def _result_text(ref: str, log: Sequence[ModelMessage], archive: _Side | None) -> tuple[str, str] | None:
     """(tool name, original text) of tool result `ref`: the log's copy unless it is a marker, else the store's."""
     part = _find_result(ref, log)
     if part is not None and _parts.marker(part) is None:
-        text = (
-            _native_tools.result_text(part)
-            if _native_tools.is_native_return(part)
-            else _parts.part_text(part)
-        )
-        return part.tool_name or '', text
+        if _native_tools.is_native_return(part):
+            return part.tool_name or '', _native_tools.result_text(part)
+        return part.tool_name or '', _parts.part_text(part) + _tool_content(ref, log)
     kept = archive.result(ref) if archive is not None else None
     if kept is not None:
         return kept
@@ -203,7 +220,10 @@ def _message_lines(
         if isinstance(part, SystemPromptPart):
             yield f'system: {part.content}'
         elif isinstance(part, UserPromptPart):
-            yield f'user: {_parts.user_content_text(part.content)}'
+            if is_tool_content(part, message):
+                yield f'tool content: {_parts.user_content_text(part.content)}{_files(part.content)}'
+            else:
+                yield f'user: {_parts.user_content_text(part.content)}'
         elif _parts.is_tool_result(part):
             yield from _result_lines(part, log, archive)
         elif _parts.is_tool_call(part):

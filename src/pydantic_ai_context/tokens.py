@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_chec
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
+from ._compaction import opaque_tokens
 from ._encodings import _DOWNLOADED_FILES as _DOWNLOADED_FILES
 from ._encodings import _LOAD_LOCK as _LOAD_LOCK
 from ._encodings import _QUICKTOK_ENCODINGS as _QUICKTOK_ENCODINGS
@@ -230,7 +231,7 @@ class _MessageCounter:
         if getattr(part, 'part_kind', None) in _UNSENT_PART_KINDS:
             return 0
         text = part_text(part)
-        tokens = PART_OVERHEAD_TOKENS + (self.count_text(text) if text else 0)
+        tokens = PART_OVERHEAD_TOKENS + (self.count_text(text) if text else 0) + opaque_tokens(part)
         content = getattr(part, 'content', None)
         if content is not None and not isinstance(content, str):
             tokens += BINARY_ITEM_TOKENS * sum(1 for item in content_items(content) if is_binary_item(item))

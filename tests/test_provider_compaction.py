@@ -47,6 +47,7 @@ from pydantic_ai_context._compaction import OPAQUE_BYTES_PER_TOKEN, opaque_token
 from pydantic_ai_context._parts import marker, message_pinned
 from pydantic_ai_context.integrity import _already_valid
 from pydantic_ai_context.policies.fit import fit_to_budget
+from pydantic_ai_context.policies.isolate import isolate_boundaries
 from pydantic_ai_context.replay import extractive_summary_model
 from pydantic_ai_context.session import ContextSession
 from pydantic_ai_context.tokens import default_counter
@@ -403,3 +404,36 @@ def test_a_policy_called_on_its_own_acts_on_the_window() -> None:
     view = fit_to_budget(keep_last_steps=1)(log)  # no budget: only the window is applied
     assert [m.parts for m in view] == [m.parts for m in window(log)]
     assert view[1].parts[0] is part
+
+
+@pytest.mark.parametrize('mode', ['digest', 'mask', 'drop'])
+def test_isolation_keeps_a_finished_run_that_holds_the_part(mode: str) -> None:
+    """The run holding the boundary lost its prompt to the provider's summary, and its part carries
+    the provider's state: it stays as it is; the runs after it are collapsed as usual."""
+    part = openai_part()
+
+    def step(n: int, *lead: Any) -> list[ModelMessage]:
+        call = ToolCallPart('read_file', {'path': f'src/m{n}.py'}, tool_call_id=f'call_{n}')
+        return [
+            ModelResponse(parts=[*lead, call]),
+            ModelRequest(parts=[ToolReturnPart('read_file', prose(80, seed=n), tool_call_id=f'call_{n}')]),
+        ]
+
+    log: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('Read the first module.')]),
+        *step(1),
+        *step(2, part),
+        *step(3),
+        ModelResponse(parts=[TextPart('Read.')]),
+        ModelRequest(parts=[UserPromptPart('Read the next one.')]),
+        *step(4),
+        *step(5),
+        ModelResponse(parts=[TextPart('Read too.')]),
+        ModelRequest(parts=[UserPromptPart('And now?')]),
+    ]
+    view = isolate_boundaries(mode=mode)(log)
+    sent = window(log)
+    assert view[:6] == sent[:6]  # the boundary run's steps from the part on, as they are
+    assert view[0].parts[0] is part
+    collapsed = view[6:]
+    assert collapsed != list(sent[6:])  # the next finished run is isolated

@@ -233,7 +233,7 @@ def compaction_histories(draw: st.DrawFn) -> list[ModelMessage]:
     return out
 
 
-any_histories = st.one_of(histories(), broken_histories())
+any_histories = st.one_of(histories(), broken_histories(), compaction_histories())
 
 
 HOSTILE_TEXTS = (

@@ -45,6 +45,7 @@ from .policies._summary_ahead import BackgroundSummaries
 from .readback.archive import ContextArchive, ReadbackStore
 from .registry import split_settings
 from .tokens import TokenCounter, default_counter
+from ._compaction import window
 from .views import CompileContext, Step, compile_view, step_name
 
 if TYPE_CHECKING:
@@ -243,7 +244,14 @@ class ContextProfile(AbstractCapability[Any]):
             if budget is None:
                 budget = self.budget_for(model, overhead=overhead)
             sink = (
-                self.archive.sink(messages, results=not whole_log, run_context=ctx, conversation=conversation)
+                # Without the whole log, the reader holds views: after a provider's compaction they
+                # open as its window does, so the window names the conversation.
+                self.archive.sink(
+                    messages if whole_log else window(messages),
+                    results=not whole_log,
+                    run_context=ctx,
+                    conversation=conversation,
+                )
                 if self.readback
                 else None
             )

@@ -27,6 +27,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from . import _registry, registry
+from ._compaction import window
 from ._scope import MemoScope, compiling
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
 from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
@@ -45,7 +46,6 @@ from .policies._summary_ahead import BackgroundSummaries
 from .readback.archive import ContextArchive, ReadbackStore
 from .registry import split_settings
 from .tokens import TokenCounter, default_counter
-from ._compaction import window
 from .views import CompileContext, Step, compile_view, step_name
 
 if TYPE_CHECKING:

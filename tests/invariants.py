@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, SystemPromptPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, SystemPromptPart, UserPromptPart
 
 from pydantic_ai_context import normalize, run_spans, validate_view
-from pydantic_ai_context._boundaries import prompt_parts
+from pydantic_ai_context._boundaries import is_tool_content, prompt_parts
+from pydantic_ai_context._compaction import boundary, window
 from pydantic_ai_context._parts import is_pinned, marker
 from pydantic_ai_context.views import current_prompt
 
@@ -22,7 +23,11 @@ def assert_framing_kept(log: Sequence[ModelMessage], view: Sequence[ModelMessage
     for part in parts_of(log):
         if isinstance(part, SystemPromptPart):
             assert part in view_parts, f'system prompt lost: {part.content[:60]!r}'
-    first_user = next((p for p in parts_of(log) if isinstance(p, UserPromptPart)), None)
+    # A tool's content (`ToolReturn(content=...)`) is no prompt, though it is a `UserPromptPart`.
+    first_user = next(
+        (p for m in log for p in m.parts if isinstance(p, UserPromptPart) and not is_tool_content(p, m)),
+        None,
+    )
     if first_user is not None and any(isinstance(m, ModelRequest) for m in log):
         assert first_user in view_parts, 'first user prompt lost'
 
@@ -62,6 +67,29 @@ def assert_pinned_kept(log: Sequence[ModelMessage], view: Sequence[ModelMessage]
                 assert part in view_parts, 'pinned part lost'
 
 
+def assert_boundary_kept(log: Sequence[ModelMessage], view: Sequence[ModelMessage]) -> None:
+    """Invariant 15: the active provider compaction part (the latest, unless its response ends the
+    log, which a view leaves out) is in the view, in a response holding the rest of its response's
+    parts after it."""
+    found = boundary(log)
+    if found is None:
+        return
+    at, index = found
+    part = log[at].parts[index]
+    rest = list(log[at].parts[index:])
+    holding = [m for m in view if any(p is part or p == part for p in m.parts)]
+    assert holding, "the provider's compaction part is not in the view"
+    assert isinstance(holding[-1], ModelResponse)
+    assert list(holding[-1].parts[-len(rest) :]) == rest, "the provider's compaction response was changed"
+
+
+def _from_window(log: Sequence[ModelMessage], view: Sequence[ModelMessage]) -> bool:
+    """`view` was compiled from `window(log)`: it opens as the window does (the standing prompt, or
+    the response holding the provider's part)."""
+    sent = window(log)
+    return sent is not log and bool(view) and view[0].parts == sent[0].parts
+
+
 def assert_valid(view: Sequence[ModelMessage]) -> None:
     """Invariants 2 and 7."""
     validate_view(view)
@@ -70,14 +98,21 @@ def assert_valid(view: Sequence[ModelMessage]) -> None:
 def assert_all(
     log: Sequence[ModelMessage], snapshot: Sequence[ModelMessage], view: Sequence[ModelMessage]
 ) -> None:
-    """Invariants 1, 2 (native tool calls and results included), 4, 7 and 8 (`snapshot` is a deep copy
-    of `log` taken before compiling)."""
+    """Invariants 1 (the first and the current prompt), 2 (native tool calls and results included),
+    4, 7, 8 and 15 (`snapshot` is a deep copy of `log` taken before compiling).
+
+    After a provider's compaction, 1 and 4 hold for what the provider is sent (`_compaction.window`).
+    """
     assert list(log) == list(snapshot), 'the input was mutated'
     assert_valid(view)
-    assert_framing_kept(log, view)
-    assert_current_prompt_kept(log, view)
-    assert_pinned_kept(log, view)
+    # A profile (or a policy called as a processor) compiles the window; a policy's bare `apply`
+    # works on the whole log (the response holding the part is pinned there).
+    sent = window(log) if _from_window(log, view) else log
+    assert_framing_kept(sent, view)
+    assert_current_prompt_kept(sent, view)
+    assert_pinned_kept(sent, view)
     assert_native_pairs(log, view)
+    assert_boundary_kept(log, view)
 
 
 def assert_native_pairs(log: Sequence[ModelMessage], view: Sequence[ModelMessage]) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 from pydantic_ai import messages
+from pydantic_ai import messages as messages_module
 from pydantic_ai.messages import (
     BinaryContent,
     ModelMessage,
@@ -304,7 +305,51 @@ def _apply(defect: str, messages: list[ModelMessage], draw: st.DrawFn) -> list[M
     return messages
 
 
-any_histories = st.one_of(histories(), broken_histories())
+CompactionPart: Any = getattr(messages_module, 'CompactionPart', None)
+post_compaction_window: Any = getattr(messages_module, 'post_compaction_window', None)
+
+
+def _provider_part(shape: str, n: int) -> Any:
+    if shape == 'openai':
+        payload = 'gAAAAA' + 'Zm9v' * (40 + n % 200)
+        details = {'type': 'compaction', 'encrypted_content': payload}
+        return CompactionPart(content=None, id=f'cmp_{n}', provider_name='openai', provider_details=details)
+    summary = f'Summary {n}: the user asked for changes; files were read and edited. ' * (1 + n % 5)
+    return CompactionPart(content=summary, provider_name='anthropic', provider_details={'signature': f's{n}'})
+
+
+@st.composite
+def compaction_histories(draw: st.DrawFn) -> list[ModelMessage]:
+    """A well-formed log where a provider compacted (pydantic-ai 2.68+): one or two responses open
+    with, or hold, a provider `CompactionPart` (OpenAI's encrypted shape or Anthropic's readable
+    one); sometimes the log is only what `post_compaction_window` keeps (the stateless shape).
+    Without `CompactionPart` (older pydantic-ai), a plain `histories()` log."""
+    messages = draw(histories())
+    if CompactionPart is None:
+        return messages
+    responses = [i for i, m in enumerate(messages) if isinstance(m, ModelResponse)]
+    if not responses:
+        return messages
+    out = list(messages)
+    for i in sorted(set(draw(st.lists(st.sampled_from(responses), min_size=1, max_size=2)))):
+        response = out[i]
+        assert isinstance(response, ModelResponse)
+        part = _provider_part(draw(st.sampled_from(['openai', 'anthropic'])), i)
+        # Before the response's tool calls, native ones included, as providers return it (a part
+        # after them would leave the calls out of `post_compaction_window`, their results orphaned).
+        calls = [
+            j
+            for j, p in enumerate(response.parts)
+            if isinstance(p, ToolCallPart) or getattr(p, 'part_kind', None) == 'builtin-tool-call'
+        ]
+        at = draw(st.integers(0, calls[0] if calls else len(response.parts)))
+        out[i] = dataclasses.replace(response, parts=[*response.parts[:at], part, *response.parts[at:]])
+    if post_compaction_window is not None and draw(st.integers(0, 3)) == 0:
+        return list(post_compaction_window(out))
+    return out
+
+
+any_histories = st.one_of(histories(), broken_histories(), compaction_histories())
 
 
 HOSTILE_TEXTS = (

@@ -29,6 +29,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from ._compaction import holds_provider_part
 from ._memo import PART_FIELDS, PINNED_FIELDS, ObjectMemo
 
 logger = logging.getLogger('pydantic_ai_context.parts')
@@ -162,13 +163,15 @@ _PINNED: ObjectMemo[bool] = ObjectMemo(max_bytes=16 * 1024 * 1024, fields=PINNED
 
 
 def message_pinned(message: ModelMessage) -> bool:
-    """The message, or any of its parts, is pinned by the application (`metadata={'pinned': True}`)."""
+    """The message, or any of its parts, is pinned by the application (`metadata={'pinned': True}`),
+    or it holds a provider's compaction part (see `_compaction`: kept while it is the boundary)."""
     # Asked of every message by several policies on every compile: remembered per message, as long
     # as its parts and metadata are the same objects (an application may pin or edit in place).
     found = _PINNED.get(message)
     if found is not None:
         return found
-    return _PINNED.put(message, is_pinned(message) or any(is_pinned(p) for p in message.parts))
+    pinned = is_pinned(message) or any(is_pinned(p) for p in message.parts) or holds_provider_part(message)
+    return _PINNED.put(message, pinned)
 
 
 # --- text -------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from . import _registry, registry
+from ._compaction import window as compaction_window
 from ._markers import conversation_identity
 from ._offload import warm_off_loop
 from ._scope import MemoScope, compiling
@@ -246,11 +247,7 @@ class ContextProfile(AbstractCapability[Any]):
             overhead = self._gauge.overhead(messages, ctx, counter, parameters, self._overhead_memo)
             if budget is None:
                 budget = self.budget_for(model, overhead=overhead)
-            sink = (
-                self.archive.sink(messages, results=not whole_log, run_context=ctx, conversation=conversation)
-                if self.readback
-                else None
-            )
+            sink = _sink(self, messages, whole_log=whole_log, ctx=ctx, conversation=conversation)
             context = CompileContext(
                 counter=counter,
                 budget=budget,
@@ -581,3 +578,24 @@ async def _warm_off_loop(
     if profile.readback and not named and conversation_identity(messages, ctx) is None:
         also = profile.archive._fingerprint
     await warm_off_loop(counter, messages, also=also)
+
+
+def _sink(
+    profile: ContextProfile,
+    messages: Sequence[ModelMessage],
+    *,
+    whole_log: bool,
+    ctx: Any,
+    conversation: str | None,
+) -> Any:
+    """Where the compile keeps originals for read-back, or `None` without read-back."""
+    if not profile.readback:
+        return None
+    # Without the whole log, the reader holds views: after a provider's compaction they open as its
+    # window does, so the window names the conversation.
+    return profile.archive.sink(
+        messages if whole_log else compaction_window(messages),
+        results=not whole_log,
+        run_context=ctx,
+        conversation=conversation,
+    )

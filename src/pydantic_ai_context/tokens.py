@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_chec
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from ._attachments import MEDIA_TOKENS, attachment_tokens, pricing_of, provider_of
+from ._compaction import opaque_tokens
 from ._encodings import _DOWNLOADED_FILES as _DOWNLOADED_FILES
 from ._encodings import _LOAD_LOCK as _LOAD_LOCK
 from ._encodings import _QUICKTOK_ENCODINGS as _QUICKTOK_ENCODINGS
@@ -272,7 +273,7 @@ class _MessageCounter:
         if getattr(part, 'part_kind', None) in _UNSENT_PART_KINDS:
             return 0
         text = part_text(part)
-        tokens = PART_OVERHEAD_TOKENS + (self._text_tokens(text) if text else 0)
+        tokens = PART_OVERHEAD_TOKENS + (self._text_tokens(text) if text else 0) + opaque_tokens(part)
         content = getattr(part, 'content', None)
         if content is not None and not isinstance(content, str):
             for item in content_items(content):

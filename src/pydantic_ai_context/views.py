@@ -28,6 +28,7 @@ from pydantic_ai.messages import (
 
 from ._boundaries import current_prompt as _current_prompt
 from ._boundaries import prompt_text, starts_at
+from ._compaction import window
 from ._markers import OriginalsSink
 from ._prefix import begins_with, equal_prefix
 from ._scope import resumed_fold
@@ -403,13 +404,19 @@ async def compile_view(
 ) -> list[ModelMessage]:
     """Compile the reasoning view: normalize, then each step, normalizing after every step.
 
+    A log holding a provider's compaction part (`CompactionPart` in a response) is compiled from
+    what the provider is sent after its own trim: the standing prompt (the first request's opening
+    system prompt parts) and the messages from the latest such part on.
+
     The input is never mutated; messages a step leaves alone are the same objects in the view.
     `on_event` receives a `CompactionEvent` for every step that changed the view (and for the
     initial normalize when it repaired anything); tokens are counted for events only when
     `count_tokens` is set.
     """
     check_messages(messages)
-    original = list(messages)
+    # After a provider's own compaction the chain works on what the provider is sent: the standing
+    # prompt and the messages from its latest compaction part on (see `_compaction`).
+    original = list(window(messages))
     view, repairs = normalize_with_repairs(original)
     if on_event is not None and repairs:
         await on_event(

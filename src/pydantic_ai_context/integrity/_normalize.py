@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
 
-from .. import _memo, _parts
+from .. import _compaction, _memo, _parts
 from ._call_ids import _unique_call_ids
 from ._pairing import Repair, check_messages
 from ._validity import _already_valid, _shape
@@ -45,7 +45,9 @@ def normalize_with_repairs(messages: Sequence[ModelMessage]) -> tuple[list[Model
 
     - empty messages are dropped; consecutive requests (or responses) are merged into one (a
       request that opens a new run, by its prompt and run id, gives the merged one its run id);
-    - leading responses are dropped (a view starts with a request);
+    - leading responses are dropped (a view starts with a request), except one holding a provider's
+      compaction part (`CompactionPart`), which is kept from that part on: a view may start with it,
+      as pydantic-ai's `post_compaction_window` and a stateless compaction do;
     - results whose call is not in the response right before them are dropped (orphans),
       as are repeated call ids within one response and repeated results for one call;
     - calls without a result get a synthetic result saying so (`outcome='interrupted'` on
@@ -228,6 +230,23 @@ def _merged_metadata(first: ModelMessage, second: ModelMessage) -> Any:
 def _drop_leading_responses(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
     start = 0
     while start < len(slots) and isinstance(slots[start].message, ModelResponse):
+        slot = slots[start]
+        response = slot.message
+        part = _compaction.provider_part_index(response)
+        if part is not None and isinstance(response, ModelResponse):
+            # A provider's compaction opens the view (`post_compaction_window`, a stateless
+            # compaction): kept, from its part on, like the adapters send it.
+            if part:
+                repairs.append(
+                    Repair(
+                        kind='leading_response',
+                        index=slot.index,
+                        detail="a view may start with a provider's compaction; the parts before it are left out",
+                    )
+                )
+                kept = dataclasses.replace(response, parts=list(response.parts[part:]))
+                return [_Slot(kept, slot.sources), *slots[start + 1 :]]
+            return slots[start:]
         repairs.append(
             Repair(
                 kind='leading_response',

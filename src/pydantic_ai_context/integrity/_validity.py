@@ -8,6 +8,7 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from .. import _memo, _parts, _scope
+from .._compaction import opens_with_provider_part
 from ..errors import HistoryIntegrityError
 from ._call_ids import _readable_id
 from ._pairing import analyze_pairs, check_messages
@@ -56,7 +57,8 @@ def _already_valid(messages: Sequence[ModelMessage]) -> bool:
 
 
 class _Validity:
-    """`_already_valid` as a fold: requests and responses alternate from a request, every request
+    """`_already_valid` as a fold: requests and responses alternate from a request (or from a provider's
+    compaction response), every request
     answers exactly the calls of the response before it, call ids are unique and readable."""
 
     def __init__(self) -> None:
@@ -66,10 +68,12 @@ class _Validity:
         self.seen: set[str] = set()
         self.bad_at: int | None = None
         """The first message that makes the list invalid (nothing after it is read)."""
+        self.opening = 0
+        """1 when the list starts with a provider's compaction response (what it answers is not sent)."""
 
     @property
     def expect_request(self) -> bool:
-        return len(self.messages) % 2 == 0
+        return (len(self.messages) + self.opening) % 2 == 0
 
     @property
     def calls(self) -> tuple[str, ...]:
@@ -87,6 +91,8 @@ class _Validity:
             self.seen.difference_update(ids)
         del self.messages[n:], self.call_ids[n:]
         self.bad_at = None
+        if n == 0:
+            self.opening = 0
 
     def extend(self, messages: Sequence[ModelMessage]) -> None:
         for i in range(len(self.messages), len(messages)):
@@ -96,6 +102,8 @@ class _Validity:
             self.messages.append(message)
 
     def _read(self, message: ModelMessage) -> bool:
+        if not self.messages and opens_with_provider_part(message):
+            self.opening = 1
         expect_request = self.expect_request
         if isinstance(message, ModelRequest) is not expect_request:
             return False
@@ -122,8 +130,11 @@ def validate_view(messages: Sequence[ModelMessage]) -> None:
     check_messages(messages)
     if not messages:
         return
-    if not isinstance(messages[0], ModelRequest):
-        raise HistoryIntegrityError(0, 'a view must start with a ModelRequest')
+    if not isinstance(messages[0], ModelRequest) and not opens_with_provider_part(messages[0]):
+        raise HistoryIntegrityError(
+            0,
+            "a view must start with a ModelRequest, or a ModelResponse opening with a provider's CompactionPart",
+        )
     if not isinstance(messages[-1], ModelRequest):
         raise HistoryIntegrityError(len(messages) - 1, 'a view must end with a ModelRequest')
     for i in range(1, len(messages)):

@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
 
+from .._compaction import window
 from .._prefix import begins_with, first_difference
 from .._scope import MemoScope, active_generation, compiling
 from ..tokens import default_counter
@@ -35,7 +36,9 @@ def standalone_scope(policy: object) -> MemoScope:
 class SyncPolicy:
     """Mixin: `policy(messages)` runs `apply` with a standalone context (a sync history processor).
 
-    Subclasses are dataclasses with a `name` and an `apply(messages, context)` method.
+    Subclasses are dataclasses with a `name` and an `apply(messages, context)` method. Like a
+    profile, a policy on its own acts on what a provider is sent after its own compaction
+    (`_compaction.window`).
     """
 
     name: str
@@ -46,7 +49,7 @@ class SyncPolicy:
     def __call__(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         scope = standalone_scope(self)
         with compiling(scope, messages) as generation:
-            view = self.apply(list(messages), standalone_context(messages))
+            view = self.apply(list(window(messages)), standalone_context(messages))
             scope.seal(generation, view)
         return view
 
@@ -66,7 +69,7 @@ class AsyncPolicy:
         context.run_id = getattr(ctx, 'run_id', None)
         scope = standalone_scope(self)
         with compiling(scope, messages) as generation:
-            view = await self.apply(list(messages), context)
+            view = await self.apply(list(window(messages)), context)
             scope.seal(generation, view)
         return view
 

@@ -21,7 +21,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai_context import ContextBudgetExceeded, HeuristicCounter, profile
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, marker
 from pydantic_ai_context.events import CompactionEvent, ContextEvent
-from pydantic_ai_context.policies._summary_plan import NO_ROOM
+from pydantic_ai_context.policies.summarize._summary_plan import NO_ROOM
 from pydantic_ai_context.replay import extractive_summary_model, replay
 
 from .builders import History, Tool, long_text

@@ -38,10 +38,9 @@ from typing import Any, Final, Literal
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from pydantic_ai_context.integrity import safe_cut_points
-from pydantic_ai_context.policies import _summary_ahead, _summary_plan
 from pydantic_ai_context.policies._base import AsyncPolicy
 from pydantic_ai_context.policies._fit_note import drop_record
-from pydantic_ai_context.policies._summary_block import (
+from pydantic_ai_context.policies.summarize._summary_block import (
     ACK_KIND,
     ACK_TEXT,
     KEPT_KIND,
@@ -54,10 +53,10 @@ from pydantic_ai_context.policies._summary_block import (
     kept_in,
     summary_request_part,
 )
-from pydantic_ai_context.policies._summary_call import FALLBACK_TEMPLATE as FALLBACK_TEMPLATE
-from pydantic_ai_context.policies._summary_call import SummaryCalls
-from pydantic_ai_context.policies._summary_reading import Reading, SummaryLedger, key_template
-from pydantic_ai_context.policies.summariser import (
+from pydantic_ai_context.policies.summarize._summary_call import FALLBACK_TEMPLATE as FALLBACK_TEMPLATE
+from pydantic_ai_context.policies.summarize._summary_call import SummaryCalls
+from pydantic_ai_context.policies.summarize._summary_reading import Reading, SummaryLedger, key_template
+from pydantic_ai_context.policies.summarize.summariser import (
     PROMPT_VERSION,
     SUMMARISER_INSTRUCTIONS,
     escape_delimiters,
@@ -65,8 +64,10 @@ from pydantic_ai_context.policies.summariser import (
     run_summariser,
     summary_prompt,
 )
-from pydantic_ai_context.policies.summary_cache import InMemorySummaryCache, SummaryCache
+from pydantic_ai_context.policies.summarize.summary_cache import InMemorySummaryCache, SummaryCache
 from pydantic_ai_context.views import CompileContext
+
+from . import _summary_ahead, _summary_plan
 
 # The summariser call, the summary cache and the summary's block live in their own modules; their
 # names stay importable from here, where they were first published.
@@ -204,7 +205,7 @@ class SummarizeWindow(AsyncPolicy):
     """Summarise ahead, in the background (on in every summarising preset): from `ahead_lead` on,
     the next shrink's summary is written while the model answers, and no request waits for the
     summariser. Needs a profile (its background tasks)
-    and a budget; see `pydantic_ai_context.policies._summary_ahead`."""
+    and a budget; see `pydantic_ai_context.policies.summarize._summary_ahead`."""
     ahead_waits: bool = False
     """With `ahead`: when the view is over the limit and no summary has landed yet, wait for the one in
     flight (or make one, as without `ahead`). `False` (the presets, whose `fit_to_budget` follows):

@@ -48,22 +48,22 @@ from pydantic_ai.messages import ModelMessage, TextPart, UserPromptPart
 
 from pydantic_ai_context import _parts
 from pydantic_ai_context._facts import part_facts, remembered_facts
-from pydantic_ai_context.policies._summary_block import (
+from pydantic_ai_context.policies.summarize._summary_block import (
     ACK_TEXT,
     SUMMARY_PREFIX,
     Zones,
     digest_text,
     find_zones,
 )
-from pydantic_ai_context.policies._summary_call import AHEAD, SpanSummaries
-from pydantic_ai_context.policies._summary_plan import (
+from pydantic_ai_context.policies.summarize._summary_call import AHEAD, SpanSummaries
+from pydantic_ai_context.policies.summarize._summary_plan import (
     MIN_SUMMARY_TOKENS,
     MIN_TAIL_SHARE,
     asked_within,
     chain_ends,
 )
-from pydantic_ai_context.policies._summary_tasks import BackgroundSummaries as BackgroundSummaries
-from pydantic_ai_context.policies._summary_tasks import Pending, cancel
+from pydantic_ai_context.policies.summarize._summary_tasks import BackgroundSummaries as BackgroundSummaries
+from pydantic_ai_context.policies.summarize._summary_tasks import Pending, cancel
 from pydantic_ai_context.views import CompileContext
 
 __all__ = (

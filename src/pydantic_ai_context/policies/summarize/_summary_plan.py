@@ -17,9 +17,9 @@ from typing import Final
 from pydantic_ai.messages import ModelMessage
 
 from pydantic_ai_context.integrity import safe_cut_points
-from pydantic_ai_context.policies._summary_block import ACK_TEXT, SUMMARY_PREFIX, Zones, digest_text
-from pydantic_ai_context.policies._summary_reading import StepEnds, SummaryLedger
-from pydantic_ai_context.policies.summary_cache import SummaryCache
+from pydantic_ai_context.policies.summarize._summary_block import ACK_TEXT, SUMMARY_PREFIX, Zones, digest_text
+from pydantic_ai_context.policies.summarize._summary_reading import StepEnds, SummaryLedger
+from pydantic_ai_context.policies.summarize.summary_cache import SummaryCache
 from pydantic_ai_context.tokens import message_tokens
 from pydantic_ai_context.views import CompileContext, current_run
 

@@ -22,10 +22,10 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai_context import _parts
 from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.budget import resolve_context_window
-from pydantic_ai_context.policies._summary_block import Zones
-from pydantic_ai_context.policies._summary_plan import chain_ends
-from pydantic_ai_context.policies._summary_reading import SummaryLedger
-from pydantic_ai_context.policies.summariser import (
+from pydantic_ai_context.policies.summarize._summary_block import Zones
+from pydantic_ai_context.policies.summarize._summary_plan import chain_ends
+from pydantic_ai_context.policies.summarize._summary_reading import SummaryLedger
+from pydantic_ai_context.policies.summarize.summariser import (
     SUMMARISER_INSTRUCTIONS,
     CircuitBreaker,
     describe_failure,
@@ -33,7 +33,7 @@ from pydantic_ai_context.policies.summariser import (
     run_summariser,
     summary_prompt,
 )
-from pydantic_ai_context.policies.summary_cache import SummaryCache
+from pydantic_ai_context.policies.summarize.summary_cache import SummaryCache
 from pydantic_ai_context.views import CompileContext
 
 __all__ = ('AHEAD', 'FALLBACK_TEMPLATE', 'SummarisingPolicy', 'SummaryCalls')

@@ -173,8 +173,8 @@ class SummarizeWindow(AsyncPolicy):
     over the trigger again: one summary per shrink. `None`: the tail keeps 40% of the trigger."""
     summary_share: float = 0.1
     """The size a summary is planned at, as a share of the room the task framing leaves under the
-    limit; the summariser is asked to stay within it, or within half the room the task framing and
-    the tail kept leave when that is less. Only when the task framing and the newest step leave no
+    limit; the summariser is asked to stay within it, or within the room the task framing and the
+    tail kept leave under the trigger when that is less. Only when the task framing and the newest step leave no
     room for a summary (`_summary_plan.MIN_SUMMARY_TOKENS`) is none made (`fit_to_budget` drops
     steps instead, and the step's event says why)."""
     keep_current_run: bool = True

@@ -70,11 +70,10 @@ class Shrink:
 def asked_within(asked: int, fixed: int, tail: int, limit: int, high: int) -> int | None:
     """The size to ask the summariser for beside `fixed` (the task framing and the summary's own
     framing) and a tail of `tail` tokens: `asked`, or less where the room is tighter. The view it
-    gives must stay within half the room under `limit` (the other half is for the steps that
-    follow) and leave `MIN_TAIL_SHARE` of the limit under the trigger `high` (else the next
-    request needs a summary again: one summary a request costs more than dropping). `None` when
-    that leaves less than `MIN_SUMMARY_TOKENS`: no summary is worth making (`NO_ROOM`)."""
-    room = min((limit - fixed - tail) // 2, high - int(limit * MIN_TAIL_SHARE) - fixed - tail)
+    gives must leave `MIN_TAIL_SHARE` of the limit under the trigger `high` (else the next request
+    needs a summary again: one summary a request costs more than dropping). `None` when that
+    leaves less than `MIN_SUMMARY_TOKENS`: no summary is worth making (`NO_ROOM`)."""
+    room = min(limit - fixed - tail, high - int(limit * MIN_TAIL_SHARE) - fixed - tail)
     if room < MIN_SUMMARY_TOKENS:
         return None
     return min(asked, room)

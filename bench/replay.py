@@ -65,6 +65,7 @@ from rich.table import Table
 
 import summary_latency  # bench/summary_latency.py (this script's directory is on sys.path)
 from pydantic_ai_context import TiktokenCounter, available_profiles, profile
+from pydantic_ai_context.cli.replay import drop_lines
 from pydantic_ai_context.replay import (
     FactIndex,
     ReplayResult,
@@ -429,6 +430,8 @@ async def main(argv: Sequence[str] | None = None) -> int:
             for window, per_profile in results.items():
                 title = f'{key}  ({len(log)} messages, window {window:,})'
                 console.print(file_table(title, per_profile))
+                for line in drop_lines(per_profile):  # why no summary took what was dropped
+                    console.print(line, style='yellow', markup=False, highlight=False)
     rows = summary_rows(all_results)
     console.print(summary_table(rows))
     if args.summary_latency is not None:  # issue 19: the wait a slow summariser adds, ahead and not

@@ -133,6 +133,21 @@ REMINDERS = (
 )
 
 
+_NOTE_TEXT = (
+    'the parser fails because the cache key ignores the module path so I will check the loader '
+    'first then rerun the suite and compare the failing cases against the previous output'
+)
+_NOTE_WORDS = tuple(_NOTE_TEXT.split(' '))
+
+
+@st.composite
+def note(draw: st.DrawFn, max_words: int) -> str:
+    """A model's note of up to `max_words` words (a model that thinks out loud beside its calls)."""
+    n = draw(st.integers(0, max_words))
+    seed = draw(st.integers(0, len(_NOTE_WORDS) - 1))
+    return ' '.join(_NOTE_WORDS[(seed + 7 * i) % len(_NOTE_WORDS)] for i in range(n))
+
+
 @st.composite
 def histories(
     draw: st.DrawFn,
@@ -141,12 +156,15 @@ def histories(
     max_steps: int = 6,
     in_progress: bool | None = None,
     long_texts: bool = False,
+    note_words: int = 0,
 ) -> list[ModelMessage]:
     """A well-formed log: runs of user prompt, tool steps (parallel calls, retries, thinking), answers.
 
     When `in_progress` (default: drawn), the last run stops at a request with tool results,
     as a view looks right before a model request inside a run. With `long_texts`, a response's
     text may be a long model note (up to about 700 tokens), as a research agent writes.
+    `note_words`: the text beside a step's calls may be a long note of up to that many words
+    (about 1.3 tokens a word).
     """
     stamp = draw(st.booleans())
     n_runs = draw(st.integers(1, max_runs))
@@ -188,6 +206,8 @@ def histories(
                         )
                     )
                 )
+            elif note_words and draw(st.booleans()):
+                head.append(TextPart('Let me look. ' + draw(note(note_words))))
             elif draw(st.booleans()):
                 head.append(TextPart('Let me look. ' + draw(texts)))
             if draw(st.integers(0, 3)) == 0:

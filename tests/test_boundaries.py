@@ -97,7 +97,7 @@ def test_prompt_text_joins_text_content_only() -> None:
 def test_a_summary_this_package_wrote_always_starts_a_run() -> None:
     from pydantic_ai_context._boundaries import SUMMARY_KIND
     from pydantic_ai_context._parts import with_marker
-    from pydantic_ai_context.policies._summary_block import MARKER_KIND
+    from pydantic_ai_context.policies.summarize._summary_block import MARKER_KIND
 
     assert SUMMARY_KIND == MARKER_KIND
     log = History().user('Fix it.').step(Tool('ls', {}, 'a.py')).answer('Done.').build()

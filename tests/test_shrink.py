@@ -128,13 +128,11 @@ async def test_a_summary_far_over_the_size_asked_for_is_discarded() -> None:
 
 async def test_a_drop_after_a_summary_in_the_task_framing_keeps_the_summary_marker() -> None:
     """fit_to_budget's note used to replace the marker of the request it was added to, which may be
-    the task framing with the summary merged into it: the summary lost its metadata."""
-
-    def wordy(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        return ModelResponse(
-            # Big enough that the summary, merged into the task framing, leaves fit_to_budget work to do.
-            parts=[TextPart('Files touched: ' + ', '.join(f'src/pkg/m_{i}.py' for i in range(360)))]
-        )
+    the task framing with the summary merged into it: the summary lost its metadata. A summary is
+    now asked to fit beside the tail it keeps, so the drop comes from a tighter budget than the one
+    the summary was planned for (a provider's rejection tightens it so)."""
+    from pydantic_ai_context import CompileContext, ContextBudget
+    from pydantic_ai_context.policies.fit import fit_to_budget
 
     h = History().user('Fix everything.')
     for i in range(120):
@@ -142,18 +140,25 @@ async def test_a_drop_after_a_summary_in_the_task_framing_keeps_the_summary_mark
             Tool('read_file', {'path': f'src/m{i}.py'}, long_text(30, prefix=f'src/m{i}.py')),
             text='Reading. ' * 30,
         )
-    # A small newest result: a large one would be clamped rather than make steps go (`clamp_fresh`).
     h.step(Tool('ls', {}, 'src/'), text='Listing.')
     counter = HeuristicCounter()
-    # A summary model with a window of its own (128k, by its name): the transcript fits it.
-    summariser = FunctionModel(wordy, model_name='gpt-4o')
     p = profile(
-        'long_horizon', context_window=6_000, counter=counter, summary_model=summariser, summary_ahead=False
+        'long_horizon',
+        context_window=6_000,
+        counter=counter,
+        summary_model=extractive_summary_model(),
+        summary_ahead=False,
     )
-    view = await p.compile(h.build())
-    assert 'fit_to_budget' in [e.policy for e in p.last_compile_events]
+    summarised = await p.compile(h.build())
+    assert kinds(summarised[:1]) == ['summary']  # merged into the task framing (a single long run)
+    fit = fit_to_budget()
+    size = counter.count_messages(summarised)
+    tighter = CompileContext(
+        counter=counter, budget=ContextBudget(context_window=int(size * 0.8), reserved_output=0)
+    )
+    view = fit.apply(summarised, tighter)
     record = marker(view[0])
     assert record is not None
     assert record['kind'] == 'summary'
     assert record['dropped']['messages'] > 0
-    assert await p.compile(view) == view
+    assert fit.apply(view, tighter) == view

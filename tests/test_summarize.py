@@ -33,7 +33,6 @@ from pydantic_ai_context import (
 from pydantic_ai_context._markers import without_ref
 from pydantic_ai_context._parts import REQUEST_COMPACTION, marker, part_text
 from pydantic_ai_context.policies.isolate import isolate_boundaries
-from pydantic_ai_context.policies.summariser import SUMMARY_SECTIONS
 from pydantic_ai_context.policies.summarize import (
     SummarizeWindow,
     escape_delimiters,
@@ -41,6 +40,7 @@ from pydantic_ai_context.policies.summarize import (
     summarize_window,
     summary_prompt,
 )
+from pydantic_ai_context.policies.summarize.summariser import SUMMARY_SECTIONS
 
 from .builders import History, Tool, long_text
 from .invariants import assert_all
@@ -586,7 +586,7 @@ def test_the_span_stamp_and_run_ids_kept_by_the_reading_are_read_again_when_the_
     (issue 22): only while the messages up to the span's end are the ones an earlier reading read,
     and the head is the same objects."""
     from pydantic_ai_context._scope import MemoScope, compiling
-    from pydantic_ai_context.policies._summary_block import BlockMemo, Zones, _stamp_and_ids
+    from pydantic_ai_context.policies.summarize._summary_block import BlockMemo, Zones, _stamp_and_ids
 
     names = {f.name for f in dataclasses.fields(ModelRequest)}
     if not {'run_id', 'conversation_id'} <= names:
@@ -615,7 +615,7 @@ def test_the_span_stamp_and_run_ids_are_read_again_when_the_span_changed() -> No
     """The block's stamp and run ids are kept between compiles (issue 22: both walked the whole
     span every compile) only while the span and the head are the very same objects."""
     from pydantic_ai_context._scope import MemoScope, compiling
-    from pydantic_ai_context.policies._summary_block import BlockMemo, Zones, _stamp_and_ids
+    from pydantic_ai_context.policies.summarize._summary_block import BlockMemo, Zones, _stamp_and_ids
 
     names = {f.name for f in dataclasses.fields(ModelRequest)}
     if not {'run_id', 'conversation_id'} <= names:

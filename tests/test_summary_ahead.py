@@ -25,11 +25,11 @@ from pydantic_ai.usage import UsageLimits
 from pydantic_ai_context import ContextProfile, HeuristicCounter, profile
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, marker
 from pydantic_ai_context._scope import MemoScope, compiling
-from pydantic_ai_context.policies._summary_block import Zones, find_zones
-from pydantic_ai_context.policies._summary_reading import LogDigests
-from pydantic_ai_context.policies._summary_reading import StepEnds as _StepEnds
 from pydantic_ai_context.policies.summarize import SummarizeWindow
-from pydantic_ai_context.policies.summary_cache import InMemorySummaryCache
+from pydantic_ai_context.policies.summarize._summary_block import Zones, find_zones
+from pydantic_ai_context.policies.summarize._summary_reading import LogDigests
+from pydantic_ai_context.policies.summarize._summary_reading import StepEnds as _StepEnds
+from pydantic_ai_context.policies.summarize.summary_cache import InMemorySummaryCache
 from pydantic_ai_context.replay import extractive_summary_model
 from pydantic_ai_context.session import ContextSession
 from pydantic_ai_context.views import CompileContext
@@ -369,8 +369,8 @@ def _made_ahead(
     end: int,
 ) -> tuple[Any, Any, int, int]:
     """A summary made ahead over `rendered[start:end]` (as the earlier steps rendered the log)."""
-    from pydantic_ai_context.policies import _summary_ahead, _summary_tasks
-    from pydantic_ai_context.policies._summary_block import find_zones
+    from pydantic_ai_context.policies.summarize import _summary_ahead, _summary_tasks
+    from pydantic_ai_context.policies.summarize._summary_block import find_zones
 
     zones = find_zones(rendered)
     assert zones is not None
@@ -417,7 +417,7 @@ def _masked(log: list[ModelMessage], at: int) -> list[ModelMessage]:
 
 def _context(log: list[ModelMessage]) -> Any:
     from pydantic_ai_context import ContextBudget
-    from pydantic_ai_context.policies._summary_ahead import BackgroundSummaries
+    from pydantic_ai_context.policies.summarize._summary_ahead import BackgroundSummaries
     from pydantic_ai_context.views import CompileContext
 
     return CompileContext(
@@ -442,7 +442,7 @@ def _tool_return_at(log: list[ModelMessage], after: int) -> int:
 def test_a_summary_ahead_is_filed_under_the_span_as_it_renders_when_it_lands() -> None:
     """The mask frontier moved over the span while the summary was written: same log, other rendering.
     Without `adopt` the cache key of the span as it renders now finds nothing (the summary is lost)."""
-    from pydantic_ai_context.policies import _summary_ahead
+    from pydantic_ai_context.policies.summarize import _summary_ahead
 
     log = growing_log(40)
     policy = SummarizeWindow(ahead=True, low_water=0.6)
@@ -458,7 +458,7 @@ def test_a_summary_ahead_is_filed_under_the_span_as_it_renders_when_it_lands() -
 
 
 def test_a_summary_ahead_over_another_log_is_not_adopted() -> None:
-    from pydantic_ai_context.policies import _summary_ahead
+    from pydantic_ai_context.policies.summarize import _summary_ahead
 
     log = growing_log(40)
     policy = SummarizeWindow(ahead=True, low_water=0.6)
@@ -473,8 +473,8 @@ def test_a_summary_ahead_over_another_log_is_not_adopted() -> None:
 def test_a_cancelled_summary_counts_its_prompt_in_the_unit_the_summariser_reports() -> None:
     """The waste of a call cancelled mid-way is its prompt, scaled as the answered calls were reported
     (not the view's tokens of the span, ~3x what the extractive summariser reports in the replay)."""
-    from pydantic_ai_context.policies._summary_tasks import BackgroundSummaries
-    from pydantic_ai_context.policies._summary_tasks import Pending as _Pending
+    from pydantic_ai_context.policies.summarize._summary_tasks import BackgroundSummaries
+    from pydantic_ai_context.policies.summarize._summary_tasks import Pending as _Pending
 
     registry = BackgroundSummaries()
     own = _context(growing_log(4))
@@ -719,7 +719,7 @@ def test_step_ends_from_the_readings_cut_points_equal_fresh_ones() -> None:
     """Writing a summary and settling the ones made ahead place the chain's step ends from the cut
     points the reading keeps (no fold of the scope's over the whole input), as from fresh ones."""
     from pydantic_ai_context.integrity import safe_cut_points
-    from pydantic_ai_context.policies._summary_plan import step_ends
+    from pydantic_ai_context.policies.summarize._summary_plan import step_ends
 
     history = History().user('go')
     for name in 'abcdefgh':
@@ -887,9 +887,9 @@ async def test_no_interim_marker_where_the_view_replaces_the_run_history() -> No
     import dataclasses
 
     from pydantic_ai_context import ContextBudget
-    from pydantic_ai_context.policies import _summary_ahead
-    from pydantic_ai_context.policies._summary_ahead import BackgroundSummaries
-    from pydantic_ai_context.policies._summary_block import find_zones
+    from pydantic_ai_context.policies.summarize import _summary_ahead
+    from pydantic_ai_context.policies.summarize._summary_ahead import BackgroundSummaries
+    from pydantic_ai_context.policies.summarize._summary_block import find_zones
     from pydantic_ai_context.views import CompileContext
 
     policy = SummarizeWindow(ahead=True, threshold=0.95, keep_current_run=False)

@@ -21,7 +21,8 @@ __all__ = ('CompactionEvent', 'ContextEvent', 'ContextUsageEvent', 'EventHandler
 
 @dataclass(frozen=True, kw_only=True)
 class CompactionEvent:
-    """One policy changed the view: what it did, why, and the sizes before and after.
+    """One policy changed the view: what it did, why, and the sizes before and after (or a
+    summarising step fired and made no summary: `no_summary` says why).
 
     Events carry the `run_id` of the agent run (pydantic-ai 2.x) and the profile's `compile_id`,
     so the events of one compile or one run are easy to pick out of `ContextProfile.events`
@@ -83,6 +84,8 @@ class CompactionEvent:
         """
         if self.messages_before != self.messages_after:
             text = f'{self.messages_before:,} -> {self.messages_after:,} messages'
+        elif self.no_summary is not None:
+            text = f'{self.messages_after:,} messages (unchanged: no summary)'
         else:
             text = f'{self.messages_after:,} messages (content changed)'
         if self.tokens_before is not None and self.tokens_after is not None:
@@ -93,6 +96,16 @@ class CompactionEvent:
     def summary_calls(self) -> int:
         """Summariser model calls the step made (0 for zero-LLM policies)."""
         return _detail_int(self.details, 'summary_calls')
+
+    @property
+    def no_summary(self) -> str | None:
+        """Why a summarising step that fired wrote or used no summary (no room beside the task
+        framing and the newest step, the summary made ahead not landed yet, ...); `None` otherwise.
+        Such an event leaves the view unchanged: what `fit_to_budget` then drops, it drops for this
+        reason. A summariser that is unavailable or fails gives a static marker instead, whose
+        event's reason says why (and `details['summary_fallback']` is set)."""
+        value = self.details.get('no_summary')
+        return value if isinstance(value, str) else None
 
     @property
     def summary_input_tokens(self) -> int:

@@ -44,7 +44,7 @@ from .integration.recovery import OverflowRecovery, tightened_window
 from .integration.request_path import HAS_PREPARE_HOOK, RequestPath
 from .integration.toolset import ReadbackTools
 from .overhead import OverheadMemo, RequestOverhead
-from .policies._summary_ahead import BackgroundSummaries
+from .policies.summarize._summary_ahead import BackgroundSummaries
 from .readback.archive import ContextArchive, ReadbackStore
 from .registry import split_settings
 from .tokens import TokenCounter, default_counter
@@ -143,7 +143,7 @@ class ContextProfile(AbstractCapability[Any]):
     _scope: MemoScope = field(default_factory=MemoScope, init=False, compare=False)
     _archive: ContextArchive | None = field(default=None, init=False, compare=False)
     _tools: ReadbackTools = field(default_factory=ReadbackTools, init=False, compare=False)
-    # Summaries written ahead in the background (see `policies._summary_ahead`): cancelled at the
+    # Summaries written ahead in the background (see `policies.summarize._summary_ahead`): cancelled at the
     # end of their run (unless a session owns them), and when the profile is collected.
     _background: BackgroundSummaries = field(default_factory=BackgroundSummaries, init=False, compare=False)
     _background_outlives_runs: bool = field(default=False, init=False, compare=False, repr=False)
@@ -284,7 +284,7 @@ class ContextProfile(AbstractCapability[Any]):
         await self._dispatch(usage)
         return view
 
-    # --- summaries made ahead (see `policies._summary_ahead`) ----------------------------------
+    # --- summaries made ahead (see `policies.summarize._summary_ahead`) ----------------------------------
 
     async def deliver_background_events(self) -> None:
         """Record and send the `summary_discarded` events of summaries made ahead and never used."""

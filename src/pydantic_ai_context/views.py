@@ -410,7 +410,8 @@ async def compile_view(
 
     The input is never mutated; messages a step leaves alone are the same objects in the view.
     `on_event` receives a `CompactionEvent` for every step that changed the view (and for the
-    initial normalize when it repaired anything); tokens are counted for events only when
+    initial normalize when it repaired anything, and for a summarising step that fired and wrote
+    no summary: its `no_summary` says why); tokens are counted for events only when
     `count_tokens` is set.
     """
     check_messages(messages)
@@ -427,7 +428,13 @@ async def compile_view(
         out = await run_step(step, before, context)
         reason, details = context._take_notes()
         if not _changed(before, out):
-            continue  # the same messages: still valid, nothing to report
+            # The same messages: still valid, nothing to report, unless the step says why it fired
+            # and did nothing (a summarising step that wrote no summary, DESIGN invariant 14).
+            if on_event is not None and details.get('no_summary'):
+                await on_event(
+                    _event(step_name(step), reason, before, out, (), details, context, count_tokens)
+                )
+            continue
         out, repairs = normalize_with_repairs(out)
         if on_event is not None and _changed(before, out):
             await on_event(

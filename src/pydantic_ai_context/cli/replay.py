@@ -181,6 +181,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             out.print(Text(line, style='dim'))
         for line in failure_lines(per_profile):
             out.print(Text(line, style='red'))
+        for line in drop_lines(per_profile):
+            out.print(Text(line, style='yellow'))
     rows = summary_rows(results, labels)
     if len(histories) > 1:
         emit(out, summary_table(rows), args.format)
@@ -324,6 +326,23 @@ def failure_lines(results: dict[str, ReplayResult]) -> list[str]:
                 f'{label} failed on {result.errors} of {result.requests} requests; the first, request '
                 f'{first["request"]} (message {first["index"]}): {first["message"]}'
             )
+    return lines
+
+
+def drop_lines(results: dict[str, ReplayResult]) -> list[str]:
+    """For each profile whose `fit_to_budget` dropped steps where a summarising step could act: why no
+    summary took them (`ReplayResult.drop_reasons`), so that a drop is never unexplained."""
+    lines = []
+    for label, result in results.items():
+        reasons = result.drop_reasons
+        if not reasons or (not result.summarised_compiles and set(reasons) == {'no summary step fired'}):
+            continue  # no drops, or a profile without a summarising step
+        why = '; '.join(
+            f'{reason} ({count})' for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1])
+        )
+        lines.append(
+            f'{label} dropped steps in {result.dropping_compiles} requests; no summary because: {why}'
+        )
     return lines
 
 

@@ -42,8 +42,8 @@ from pydantic_ai_context.views import CompileContext, current_run, run_spans
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_resume
 from ._frontier import nominal_part_tokens
-from ._summary_block import ACK_KIND, KEPT_KIND
-from ._summary_block import MARKER_KIND as SUMMARY_KIND
+from .summarize._summary_block import ACK_KIND, KEPT_KIND
+from .summarize._summary_block import MARKER_KIND as SUMMARY_KIND
 
 __all__ = ('IsolateBoundaries', 'IsolateMode', 'isolate_boundaries')
 

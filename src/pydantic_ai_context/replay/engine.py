@@ -167,6 +167,7 @@ async def replay(
                 summary_input_tokens=summary_in,
                 summary_output_tokens=summary_out,
                 dropped_messages=sum(_int(e, 'dropped_messages') for e in new_events),
+                no_summary=_no_summary(new_events),
                 summarised=any((_parts.marker(m) or {}).get('kind') == 'summary' for m in view),
                 error=error,
                 recall_missing=recall.used_missing,
@@ -276,6 +277,15 @@ def _sent(message: ModelMessage) -> ModelMessage:
     ]
     sent: Any = message
     return cast(ModelMessage, dataclasses.replace(sent, parts=parts, metadata=None))
+
+
+def _no_summary(events: Sequence[Any]) -> str | None:
+    """The latest reason a summarising step gave for making no summary in this compile."""
+    for event in reversed(events):
+        reason = getattr(event, 'no_summary', None)
+        if isinstance(reason, str):
+            return reason
+    return None
 
 
 def _summary_usage(events: Sequence[Any]) -> tuple[int, int, int]:

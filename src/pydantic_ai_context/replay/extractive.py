@@ -60,7 +60,7 @@ _CALL_LINE = re.compile(r'^assistant called (\S+) \[[^\]]*\]: (.*)$')
 
 def extractive_summary(prompt: str, *, max_chars: int) -> str:
     """The extractive summary of a summariser prompt (see `extractive_summary_model`)."""
-    from ..policies.summariser import SUMMARY_SECTIONS
+    from ..policies.summarize.summariser import SUMMARY_SECTIONS
 
     lines = [line.strip() for line in prompt.splitlines() if line.strip()]
     previous = _section_lines(prompt)
@@ -119,7 +119,7 @@ def _fit(items: Sequence[str], room: int, sep: str) -> str:
 
 def _section_lines(prompt: str) -> dict[str, list[str]]:
     """The sections of the previous summary quoted in the prompt, if any."""
-    from ..policies.summariser import SUMMARY_SECTIONS
+    from ..policies.summarize.summariser import SUMMARY_SECTIONS
 
     found: dict[str, list[str]] = {}
     start = prompt.find('<previous_summary>')

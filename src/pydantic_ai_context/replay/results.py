@@ -53,6 +53,9 @@ class RequestRecord:
     summary_output_tokens: int = 0
     dropped_messages: int = 0
     """Messages `fit_to_budget` dropped from this view (0 when it dropped none)."""
+    no_summary: str | None = None
+    """Why the summarising step fired and made no summary for this view (`CompactionEvent.no_summary`),
+    if it did: what `fit_to_budget` dropped, it dropped for this reason."""
     summarised: bool = False
     """The view holds a summary (new or reused) of earlier messages."""
     error: str | None = None
@@ -156,6 +159,18 @@ class ReplayResult:
     def dropping_compiles(self) -> int:
         """Requests whose view had whole steps dropped by `fit_to_budget`."""
         return sum(1 for r in self.records if r.dropped_messages)
+
+    @property
+    def drop_reasons(self) -> dict[str, int]:
+        """Why no summary took what `fit_to_budget` dropped: the requests with drops, by the reason
+        the summarising step gave (`'beside a summary'` when the view held one; `'no summary step
+        fired'` otherwise). Empty when nothing was dropped."""
+        reasons: dict[str, int] = {}
+        for r in self.records:
+            if r.dropped_messages:
+                why = r.no_summary or ('beside a summary' if r.summarised else 'no summary step fired')
+                reasons[why] = reasons.get(why, 0) + 1
+        return reasons
 
     @property
     def summarised_compiles(self) -> int:
@@ -305,6 +320,7 @@ class ReplayResult:
             'perfect_cache_cost': self.perfect_cache_cost,
             'dropping_compiles': self.dropping_compiles,
             'summarised_compiles': self.summarised_compiles,
+            'drop_reasons': self.drop_reasons,
             'summary_input_tokens': self.summary_input_tokens,
             'summary_output_tokens': self.summary_output_tokens,
             'compile_ms_median': self.compile_ms_median,

@@ -9,7 +9,10 @@ The one policy that calls a model. The view is cut into three zones:
   call and its result are never split).
 
 The end of the summarised span falls on whole steps of `step_messages` counted from the head, so
-it depends on the log alone. Under a budget a summary shrinks the view to a low-water mark and is
+it depends on the log alone; when the tail such an end keeps does not fit beside a summary (long
+notes of a model beside its tool calls make few, large steps), it falls on any safe cut point up
+to the newest step. When the step fires and makes no summary, it notes why
+(`CompactionEvent.no_summary`, DESIGN invariant 14). Under a budget a summary shrinks the view to a low-water mark and is
 reused (from the cache, where summaries are kept by a digest of what they cover) until the view
 is over the trigger again: one summary per shrink, each an incremental update of the previous
 one, so the prompt prefix changes once per shrink. Whatever happens to the summariser (error,
@@ -35,10 +38,9 @@ from typing import Any, Final, Literal
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from pydantic_ai_context.integrity import safe_cut_points
-from pydantic_ai_context.policies import _summary_ahead, _summary_plan
 from pydantic_ai_context.policies._base import AsyncPolicy
 from pydantic_ai_context.policies._fit_note import drop_record
-from pydantic_ai_context.policies._summary_block import (
+from pydantic_ai_context.policies.summarize._summary_block import (
     ACK_KIND,
     ACK_TEXT,
     KEPT_KIND,
@@ -52,10 +54,10 @@ from pydantic_ai_context.policies._summary_block import (
     kept_in,
     summary_request_part,
 )
-from pydantic_ai_context.policies._summary_call import FALLBACK_TEMPLATE as FALLBACK_TEMPLATE
-from pydantic_ai_context.policies._summary_call import SummaryCalls
-from pydantic_ai_context.policies._summary_reading import Reading, SummaryLedger, key_template
-from pydantic_ai_context.policies.summariser import (
+from pydantic_ai_context.policies.summarize._summary_call import FALLBACK_TEMPLATE as FALLBACK_TEMPLATE
+from pydantic_ai_context.policies.summarize._summary_call import SummaryCalls
+from pydantic_ai_context.policies.summarize._summary_reading import Reading, SummaryLedger, key_template
+from pydantic_ai_context.policies.summarize.summariser import (
     PROMPT_VERSION,
     SUMMARISER_INSTRUCTIONS,
     escape_delimiters,
@@ -63,8 +65,10 @@ from pydantic_ai_context.policies.summariser import (
     run_summariser,
     summary_prompt,
 )
-from pydantic_ai_context.policies.summary_cache import InMemorySummaryCache, SummaryCache
+from pydantic_ai_context.policies.summarize.summary_cache import InMemorySummaryCache, SummaryCache
 from pydantic_ai_context.views import CompileContext, current_prompt
+
+from . import _summary_ahead, _summary_plan
 
 # The summariser call, the summary cache and the summary's block live in their own modules; their
 # names stay importable from here, where they were first published.
@@ -86,7 +90,7 @@ __all__ = (
     'summary_request_part',
 )
 
-_MIN_SUMMARY_TOKENS: Final = 200
+_MIN_SUMMARY_TOKENS: Final = _summary_plan.MIN_SUMMARY_TOKENS
 """The least a summariser is asked for, however tight the budget."""
 
 # --- the policy --------------------------------------------------------------------------------
@@ -169,9 +173,11 @@ class SummarizeWindow(AsyncPolicy):
     append to an unchanged prefix, and the summary is reused from the cache, until the view is
     over the trigger again: one summary per shrink. `None`: the tail keeps 40% of the trigger."""
     summary_share: float = 0.1
-    """The size a summary is planned at, as a share of the limit; the summariser is asked to stay
-    within it. When even the smallest view a summary can give would not fit the limit, no summary
-    is made (`fit_to_budget` drops steps instead)."""
+    """The size a summary is planned at, as a share of the room the task framing leaves under the
+    limit; the summariser is asked to stay within it, or within the room the task framing and the
+    tail kept leave under the trigger when that is less. Only when the task framing and the newest step leave no
+    room for a summary (`_summary_plan.MIN_SUMMARY_TOKENS`) is none made (`fit_to_budget` drops
+    steps instead, and the step's event says why)."""
     keep_current_run: bool = True
     """Never summarise the run in progress (the tail starts at or before its user prompt), unless the
     view is over the budget's limit (its oldest steps would be dropped otherwise). Set `False` for
@@ -200,7 +206,7 @@ class SummarizeWindow(AsyncPolicy):
     """Summarise ahead, in the background (on in every summarising preset): from `ahead_lead` on,
     the next shrink's summary is written while the model answers, and no request waits for the
     summariser. Needs a profile (its background tasks)
-    and a budget; see `pydantic_ai_context.policies._summary_ahead`."""
+    and a budget; see `pydantic_ai_context.policies.summarize._summary_ahead`."""
     ahead_waits: bool = False
     """With `ahead`: when the view is over the limit and no summary has landed yet, wait for the one in
     flight (or make one, as without `ahead`). `False` (the presets, whose `fit_to_budget` follows):
@@ -231,8 +237,6 @@ class SummarizeWindow(AsyncPolicy):
             raise ValueError(f'summary_share must be in (0, 1), got {self.summary_share}')
         if self.ahead_lead < 0:
             raise ValueError(f'ahead_lead must be >= 0, got {self.ahead_lead}')
-
-    # --- deciding ---------------------------------------------------------------------------
 
     # --- deciding ---------------------------------------------------------------------------
 
@@ -290,17 +294,22 @@ class SummarizeWindow(AsyncPolicy):
         zones = find_zones(
             messages, summaries=reading.summaries, cuts=reading.cut_points, spans=reading.run_spans
         )
-        if zones is None or _fitted_by_a_drop(self._ledger, messages, zones, context):
-            return messages
+        if zones is None:
+            return _no_summary(
+                messages, context, why, 'nothing between the task framing and the recent turns'
+            )
+        if _fitted_by_a_drop(self._ledger, messages, zones, context):
+            return _no_summary(messages, context, why, 'the view was fitted by dropping steps before')
         reuse: tuple[int, str] | None = None
         interim: str | None = None  # summary ahead: a marker while the summary is on its way
+        asked: int | None = None
         if self.plans_by_budget(context):
             if self.ahead:  # --- summary ahead: file what landed under this view's keys ---
                 _summary_ahead.adopt(self, messages, zones, model, context)
-            planned = self._plan_shrink(messages, zones, model, context)
-            if planned is None:
-                return messages
-            end, reuse = planned
+            planned = _plan_shrink(self, messages, zones, model, context)
+            if isinstance(planned, str):
+                return _no_summary(messages, context, why, planned)
+            end, reuse, asked = planned.end, planned.reuse, planned.asked
             if self.ahead and reuse is not None:  # --- summary ahead: the next one, in time ---
                 _summary_ahead.start_if_due(self, messages, zones, model, context)
                 held = _summary_ahead.interim_held(self, messages, zones, reuse, model, context)
@@ -309,7 +318,7 @@ class SummarizeWindow(AsyncPolicy):
             elif self.ahead:  # --- summary ahead: no wait while the view fits ---
                 instead = await _summary_ahead.instead_of_waiting(self, messages, zones, model, context)
                 if instead == _summary_ahead.KEEP:
-                    return messages
+                    return _no_summary(messages, context, why, 'the summary made ahead has not landed yet')
                 if isinstance(instead, _summary_ahead.Interim):
                     end, interim = instead.end, instead.text
                 elif instead is not None:
@@ -336,7 +345,7 @@ class SummarizeWindow(AsyncPolicy):
             end = max([c for c in safe_cut_points(messages) if zones.start <= c <= kept.loose_response_at])
             kept = _kept(messages, zones.start, end, unresolved, reading, prompt_at)
         if end <= zones.start:
-            return messages
+            return _no_summary(messages, context, why, 'nothing new to summarise before the recent turns')
         if interim is not None:
             text, status = interim, 'fallback'
         elif reuse is not None and reuse[0] == end:
@@ -344,7 +353,7 @@ class SummarizeWindow(AsyncPolicy):
             context.note(f'{why}: reused the cached summary of {covered} messages', summary_calls=0)
             text, status = reuse[1], 'summary'
         else:
-            text, status = await self.summary(messages, zones, end, model, context, why)
+            text, status = await self.summary(messages, zones, end, model, context, why, asked=asked)
         if self.ahead:  # --- summary ahead: report the usage of the summaries made ahead ---
             _summary_ahead.settle(self, messages, zones, end, model, context)
         earlier = earlier_ref(messages, zones.start)
@@ -364,32 +373,6 @@ class SummarizeWindow(AsyncPolicy):
         )
 
     # --- planning a shrink under a budget -----------------------------------------------------
-
-    def _plan_shrink(
-        self, messages: Sequence[ModelMessage], zones: Zones, model: Any, context: CompileContext
-    ) -> tuple[int, tuple[int, str] | None] | None:
-        """The end of the span to summarise, and the cached summary to reuse for it (if any); see
-        `_summary_plan.shrink_end`. None when no summary could make the view fit the limit."""
-        budget = context.budget
-        assert budget is not None
-        assert self.low_water is not None
-        candidates = self.candidates(messages, zones, context)
-        if not candidates:
-            return None
-        size = self.summary_tokens(context, zones)
-        start, previous, _ = self.walk_chain(messages, zones, candidates, model, size)
-        high = self.trigger_tokens(context) or budget.limit
-        return _summary_plan.shrink_end(
-            self._ledger,
-            messages,
-            zones,
-            context,
-            candidates,
-            (start, previous),
-            size or 0,
-            high,
-            self.low_water,
-        )
 
     # --- what the planning and the summaries made ahead ask (see `_summary_ahead.AheadPolicy`) ---
 
@@ -441,8 +424,10 @@ class SummarizeWindow(AsyncPolicy):
         context: CompileContext,
         *,
         enter_run: bool = False,
+        fine: bool = False,
     ) -> list[int]:
-        """Where the summarised span may end (see `_summary_plan.candidates`)."""
+        """Where the summarised span may end (see `_summary_plan.candidates`); with `fine`, followed
+        by the cuts off the step grid up to the newest step (`_summary_plan.fine_ends`)."""
         return _summary_plan.candidates(
             self._ledger,
             messages,
@@ -451,6 +436,7 @@ class SummarizeWindow(AsyncPolicy):
             step_messages=self.step_messages,
             keep_current_run=self.keep_current_run,
             enter_run=enter_run,
+            fine=fine,
         )
 
     def walk_chain(
@@ -470,7 +456,8 @@ class SummarizeWindow(AsyncPolicy):
             template = self.key_template(previous_digest, model, size)
             return self._ledger.missed(messages, start, template, self.cache)
 
-        return _summary_plan.walk_chain(self.cache, zones, ends, keys_from, missed)
+        near = _summary_plan.near_cuts(self._ledger.cut_points(messages), ends, self.step_messages)
+        return _summary_plan.walk_chain(self.cache, zones, ends, keys_from, missed, near)
 
     async def summary(
         self,
@@ -480,9 +467,60 @@ class SummarizeWindow(AsyncPolicy):
         model: Any,
         context: CompileContext,
         why: str,
+        *,
+        asked: int | None = None,
     ) -> tuple[str, str]:
-        """The text of the summary covering the log up to `end`, and 'summary' or 'fallback'."""
-        return await self._calls.summary(self, messages, zones, end, model, context, why)
+        """The text of the summary covering the log up to `end`, and 'summary' or 'fallback';
+        `asked`: the size to ask for when less than `summary_tokens` (a short tail's room)."""
+        return await self._calls.summary(self, messages, zones, end, model, context, why, asked=asked)
+
+
+def _plan_shrink(
+    policy: SummarizeWindow,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    model: Any,
+    context: CompileContext,
+) -> _summary_plan.Shrink | str:
+    """The end of the span to summarise, the cached summary to reuse for it (if any) and the size
+    to ask for (see `_summary_plan.shrink_end`); else why no summary is planned."""
+    budget = context.budget
+    assert budget is not None
+    assert policy.low_water is not None
+    grid = len(policy.candidates(messages, zones, context))
+    candidates = policy.candidates(messages, zones, context, fine=True)
+    if not candidates:
+        return _nothing_to_summarise(policy.keep_current_run)
+    size = policy.summary_tokens(context, zones)
+    start, previous, _ = policy.walk_chain(messages, zones, candidates, model, size)
+    high = policy.trigger_tokens(context) or budget.limit
+    return _summary_plan.shrink_end(
+        policy.ledger,
+        messages,
+        zones,
+        context,
+        candidates,
+        (start, previous),
+        size or 0,
+        high,
+        policy.low_water,
+        grid,
+    )
+
+
+def _no_summary(
+    messages: list[ModelMessage], context: CompileContext, why: str, reason: str
+) -> list[ModelMessage]:
+    """Say why the step fired and wrote or used no summary (DESIGN invariant 14): the note becomes
+    a `CompactionEvent` whose `no_summary` is `reason`, though the view is unchanged."""
+    context.note(f'{why}: no summary: {reason}', no_summary=reason)
+    return messages
+
+
+def _nothing_to_summarise(keep_current_run: bool) -> str:
+    if keep_current_run:
+        return 'no whole step to summarise before the run in progress (kept while the view fits)'
+    return 'no whole step to summarise between the task framing and the newest step'
 
 
 def _fitted_by_a_drop(

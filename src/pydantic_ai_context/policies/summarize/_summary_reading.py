@@ -29,8 +29,8 @@ from pydantic_ai_context._prefix import equal_prefix_length
 from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.integrity import _Cuts, check_messages, safe_cut_points
 from pydantic_ai_context.policies._frontier import _Failures, counter_key, unresolved_failures
-from pydantic_ai_context.policies._summary_block import MARKER_KIND, Zones, may_keep
-from pydantic_ai_context.policies.summariser import PROMPT_VERSION, model_name
+from pydantic_ai_context.policies.summarize._summary_block import MARKER_KIND, Zones, may_keep
+from pydantic_ai_context.policies.summarize.summariser import PROMPT_VERSION, model_name
 from pydantic_ai_context.tokens import TokenCounter, _MessageCounter, message_tokens
 from pydantic_ai_context.views import RunSpan, _Runs, current_run, run_spans
 

@@ -48,17 +48,22 @@ from pydantic_ai.messages import ModelMessage, TextPart, UserPromptPart
 
 from pydantic_ai_context import _parts
 from pydantic_ai_context._facts import part_facts, remembered_facts
-from pydantic_ai_context.policies._summary_block import (
+from pydantic_ai_context.policies.summarize._summary_block import (
     ACK_TEXT,
     SUMMARY_PREFIX,
     Zones,
     digest_text,
     find_zones,
 )
-from pydantic_ai_context.policies._summary_call import AHEAD, SpanSummaries
-from pydantic_ai_context.policies._summary_plan import MIN_TAIL_SHARE, step_ends
-from pydantic_ai_context.policies._summary_tasks import BackgroundSummaries as BackgroundSummaries
-from pydantic_ai_context.policies._summary_tasks import Pending, cancel
+from pydantic_ai_context.policies.summarize._summary_call import AHEAD, SpanSummaries
+from pydantic_ai_context.policies.summarize._summary_plan import (
+    MIN_SUMMARY_TOKENS,
+    MIN_TAIL_SHARE,
+    asked_within,
+    chain_ends,
+)
+from pydantic_ai_context.policies.summarize._summary_tasks import BackgroundSummaries as BackgroundSummaries
+from pydantic_ai_context.policies.summarize._summary_tasks import Pending, cancel
 from pydantic_ai_context.views import CompileContext
 
 __all__ = (
@@ -130,6 +135,7 @@ class AheadPolicy(SpanSummaries, Protocol):
         context: CompileContext,
         *,
         enter_run: bool = False,
+        fine: bool = False,
     ) -> list[int]: ...
     async def summary(
         self,
@@ -139,6 +145,8 @@ class AheadPolicy(SpanSummaries, Protocol):
         model: Any,
         context: CompileContext,
         why: str,
+        *,
+        asked: int | None = None,
     ) -> tuple[str, str]: ...
 
 
@@ -213,7 +221,7 @@ def _chain(
     context: CompileContext,
 ) -> _Chain:
     adopt(policy, messages, zones, model, context)
-    candidates = policy.candidates(messages, zones, context)
+    candidates = policy.candidates(messages, zones, context, fine=True)
     size = policy.summary_tokens(context, zones)
     start, previous, _ = policy.walk_chain(messages, zones, candidates, model, size)
     if start <= zones.start:
@@ -280,12 +288,12 @@ def start_if_due(
         return  # at most one in flight per conversation
     chain = _chain(policy, messages, zones, model, context)
     size = policy.summary_tokens(context, zones)
-    asked = size or 0
     fixed = _fixed(policy, zones, context)
+    # As the trigger plans it (`_summary_plan.shrink_end`): where the task framing leaves the recent
+    # steps little room beside a full-size summary, the summariser is asked for less.
+    asked = min(size or 0, max(MIN_SUMMARY_TOKENS, high - fixed - int(limit * MIN_TAIL_SHARE)))
     planned = policy.ledger.text_tokens(counter, chain.previous) if chain.previous else asked // 2
     room = low - fixed - planned
-    if high - fixed - asked < limit * MIN_TAIL_SHARE:
-        return  # no summary would be made at the trigger either
     if chain.projected < min(high, limit - int(max(room, 0) * policy.ahead_lead)):
         return  # not yet: the cached summaries keep the view far enough from the limit
     # The view sent (the cached summaries applied) grows until it reaches the limit: plan the
@@ -294,13 +302,15 @@ def start_if_due(
     end = _span_end(policy, messages, zones, context, chain.start, target - fixed - planned)
     if end is None:
         return
-    furthest = policy.candidates(messages, zones, context, enter_run=True)
-    if (
-        furthest
-        and fixed + asked + policy.ledger.count(messages, furthest[-1], len(messages), context.counter)
-        > limit
-    ):
-        return  # no summary makes the view fit: the trigger leaves the steps to fit_to_budget too
+    n = len(messages)
+    fitted = asked_within(asked, fixed, policy.ledger.count(messages, end, n, counter), limit, high)
+    if fitted is None:  # as the trigger plans it: an end off the step grid, for a shorter tail
+        end = _span_end(policy, messages, zones, context, chain.start, target - fixed - planned, fine=True)
+        if end is None:
+            return
+        fitted = asked_within(asked, fixed, policy.ledger.count(messages, end, n, counter), limit, high)
+    if fitted is None:
+        return  # no room beside the task framing and the newest step: the trigger makes none either
     base_digest = digest_text(chain.previous) if chain.previous else None
     if chain.start == zones.start:
         base_digest = zones.previous_digest
@@ -323,7 +333,7 @@ def start_if_due(
     span = list(messages)
 
     def write(own: CompileContext) -> Awaitable[tuple[str, str]]:
-        return policy.summary(span, zones, end, model, own, AHEAD)
+        return policy.summary(span, zones, end, model, own, AHEAD, asked=fitted)
 
     registry.start(pending, write, zones, context)
 
@@ -335,14 +345,20 @@ def _span_end(
     context: CompileContext,
     start: int,
     tail_room: int,
+    *,
+    fine: bool = False,
 ) -> int | None:
     """The first candidate end whose tail fits `tail_room`, else the furthest one. A current run
     kept out of summaries is entered (as the trigger will once the view is over the limit) only
-    when the steps before it cannot make room."""
+    when the steps before it cannot make room. `fine`: the ends off the step grid count too."""
     n = len(messages)
     ends: list[int] = []
     for enter_run in (False, True):
-        ends = [e for e in policy.candidates(messages, zones, context, enter_run=enter_run) if e > start]
+        ends = [
+            e
+            for e in policy.candidates(messages, zones, context, enter_run=enter_run, fine=fine)
+            if e > start
+        ]
         if not ends:
             if policy.keep_current_run and not enter_run:
                 continue
@@ -648,7 +664,7 @@ def settle(
     if registry is None or not registry.made():
         return
     size = policy.summary_tokens(context, zones)
-    ends = step_ends(messages, zones, end, policy.step_messages, policy.ledger.cut_points(messages))
+    ends = chain_ends(messages, zones, end, policy.step_messages, policy.ledger.cut_points(messages))
     start, previous_digest = zones.start, zones.previous_digest
     while start < end:
         template = policy.key_template(previous_digest, model, size)

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from pydantic_ai_context.events import CompactionEvent
-from pydantic_ai_context.policies._summary_block import Zones, digest_text
+from pydantic_ai_context.policies.summarize._summary_block import Zones, digest_text
 from pydantic_ai_context.views import CompileContext
 
 __all__ = ('BackgroundSummaries', 'Made', 'Pending', 'cancel')

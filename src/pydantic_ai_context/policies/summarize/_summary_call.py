@@ -23,10 +23,10 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai_context import _parts
 from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.budget import resolve_context_window
-from pydantic_ai_context.policies._summary_block import Zones
-from pydantic_ai_context.policies._summary_plan import step_ends
-from pydantic_ai_context.policies._summary_reading import SummaryLedger
-from pydantic_ai_context.policies.summariser import (
+from pydantic_ai_context.policies.summarize._summary_block import Zones
+from pydantic_ai_context.policies.summarize._summary_plan import chain_ends
+from pydantic_ai_context.policies.summarize._summary_reading import SummaryLedger
+from pydantic_ai_context.policies.summarize.summariser import (
     SUMMARISER_INSTRUCTIONS,
     CircuitBreaker,
     describe_failure,
@@ -34,7 +34,7 @@ from pydantic_ai_context.policies.summariser import (
     run_summariser,
     summary_prompt,
 )
-from pydantic_ai_context.policies.summary_cache import SummaryCache
+from pydantic_ai_context.policies.summarize.summary_cache import SummaryCache
 from pydantic_ai_context.views import CompileContext
 
 logger = logging.getLogger('pydantic_ai_context.summarize')
@@ -121,14 +121,20 @@ class SummaryCalls:
         model: Any,
         context: CompileContext,
         why: str,
+        *,
+        asked: int | None = None,
     ) -> tuple[str, str]:
-        """The text of the summary covering the log up to `end`, and 'summary' or 'fallback'."""
+        """The text of the summary covering the log up to `end`, and 'summary' or 'fallback'.
+
+        `asked`: the size the summariser is asked for when less than the policy's
+        (`summary_tokens`, which stays in the cache key: the key names the span and the chain
+        before it, and a smaller summary serves wherever a larger one would)."""
         # Walk the chain of cached incremental summaries as far as it goes, longest link first.
         size = policy.summary_tokens(context, zones)
         start, previous, previous_digest = policy.walk_chain(
             messages,
             zones,
-            step_ends(messages, zones, end, policy.step_messages, policy.ledger.cut_points(messages)),
+            chain_ends(messages, zones, end, policy.step_messages, policy.ledger.cut_points(messages)),
             model,
             size,
         )
@@ -141,7 +147,7 @@ class SummaryCalls:
             messages[start:end],
             key=policy.key(messages, start, end, previous_digest, model, size),
             previous=previous,
-            size=size,
+            size=size if asked is None or size is None else min(size, asked),
             covered=covered,
             model=model,
             context=context,

@@ -36,6 +36,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from pydantic_ai_context import (
+    ContextBudgetExceeded,
     ContextUsageEvent,
     HistoryIntegrityError,
     normalize,
@@ -362,7 +363,15 @@ async def test_invariants_hold_with_a_provider_part(log: list[ModelMessage], nam
     import copy
 
     snapshot = copy.deepcopy(log)
-    view = await profile(name, context_window=6_000).compile(log)
+    try:
+        view = await profile(name, context_window=6_000).compile(log)
+    except ContextBudgetExceeded as exc:  # the framing and the newest step alone may not fit 6k
+        error: ContextBudgetExceeded | None = exc
+    else:
+        error = None
+    if error is not None:
+        assert error.used > error.limit
+        return
     assert_all(log, snapshot, view)
 
 

@@ -1021,4 +1021,7 @@ async def test_an_open_circuit_breaker_is_logged_once_then_at_debug(caplog: pyte
     quiet = [
         r for r in caplog.records if r.levelno == logging.DEBUG and 'circuit breaker open' in r.getMessage()
     ]
-    assert quiet  # the attempts while it is open are still logged, at DEBUG
+    if PYDANTIC_AI_MAJOR >= 2:
+        # Summaries made ahead (2.x) try again while it is open, each refusal logged at DEBUG; on
+        # 1.x the view replaces the history and no summary is tried ahead.
+        assert quiet

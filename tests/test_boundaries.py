@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from pydantic_ai_context import run_spans
 from pydantic_ai_context._boundaries import REMINDER_MAX_CHARS, continues_task, prompt_text
+from pydantic_ai_context._scope import MemoScope, compiling
 
 from .builders import History, Tool
+from .strategies import histories
 
 REMINDER = (
     'Please always provide EXACTLY ONE action in triple backticks, found 2 actions.\n\n'
@@ -108,3 +114,65 @@ def test_a_summary_this_package_wrote_always_starts_a_run() -> None:
     )
     log.append(summary)
     assert [(s.start, s.end) for s in run_spans(log)] == [(0, 4), (4, 5)]
+
+
+# --- consecutive requests read as the one request pydantic-ai merges them into --------------------
+
+
+def _merged(log: list[ModelMessage]) -> tuple[list[ModelMessage], list[int]]:
+    """`log` with consecutive requests merged (as pydantic-ai and `normalize` merge them), and where
+    each message of `log` went."""
+    out: list[ModelMessage] = []
+    where: list[int] = []
+    for message in log:
+        if out and isinstance(message, ModelRequest) and isinstance(out[-1], ModelRequest):
+            out[-1] = dataclasses.replace(out[-1], parts=[*out[-1].parts, *message.parts])
+        else:
+            out.append(message)
+        where.append(len(out) - 1)
+    return out, where
+
+
+def test_a_new_request_beside_a_reminder_starts_a_run_merged_or_not() -> None:
+    log = History().user('task 1').step(Tool('ls', {}, 'a.py')).answer('Two actions.').build()
+    log.append(ModelRequest(parts=[UserPromptPart('and also this')]))
+    log.append(ModelRequest(parts=[UserPromptPart(REMINDER)]))
+    merged, _ = _merged(log)
+    assert [s.start for s in run_spans(log)] == [0, 4]
+    assert [s.start for s in run_spans(merged)] == [0, 4]
+    # One part that reads as a new request is enough, whichever order the parts come in.
+    assert not continues_task(log[3], [REMINDER, 'and also this'], set())
+    assert continues_task(log[3], [REMINDER, 'continue'], set())
+
+
+def test_a_prompt_after_tool_results_in_a_request_of_its_own_is_tool_content() -> None:
+    # pydantic-ai sends the two requests as one: results the model is to read, then the content.
+    log = History().user('task').step(Tool('ls', {}, 'a.py')).build()
+    log.append(ModelRequest(parts=[UserPromptPart('Now something entirely new.')]))
+    assert [s.start for s in run_spans(log)] == [0]
+
+
+texts_in_groups = st.sampled_from(
+    ['and also this', REMINDER, 'continue', 'task 1', 'Now add a README.', 'task 0: ']
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), log=histories())
+def test_runs_are_the_same_before_and_after_requests_are_merged(
+    data: st.DataObject, log: list[ModelMessage]
+) -> None:
+    log = [dataclasses.replace(m, run_id=None) for m in log]
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(log)))
+        extra = ModelRequest(parts=[UserPromptPart(data.draw(texts_in_groups))])
+        log.insert(at, extra)
+    merged, where = _merged(log)
+    raw = {where[s.start] for s in run_spans(log)}
+    assert raw == {s.start for s in run_spans(merged)}
+    # Read as a log that grew a message at a time inside one compile (the fold resumed), the same.
+    scope = MemoScope()
+    for n in range(1, len(log) + 1):
+        with compiling(scope, log[:n]):
+            grown = run_spans(log[:n])
+    assert grown == run_spans(log)

@@ -46,11 +46,14 @@ __all__ = (
     'closes_run',
     'continues_task',
     'current_prompt',
+    'group_texts',
     'has_prompt',
     'is_summary',
     'is_tool_content',
     'prompt_parts',
     'prompt_text',
+    'prompt_texts',
+    'request_group',
     'run_prompt',
     'run_starts',
     'starts_at',
@@ -156,57 +159,110 @@ def starts_run(message: ModelMessage) -> bool:
 
 def prompt_text(message: ModelMessage) -> str:
     """The text of a request's user prompts (non-text content and tool content are left out), stripped."""
+    return '\n'.join(prompt_texts(message)).strip()
+
+
+def prompt_texts(message: ModelMessage) -> list[str]:
+    """The text of each of a request's user prompt parts that has any (see `prompt_text`), stripped:
+    what the rules read part by part, so a log reads the same before and after pydantic-ai merges
+    consecutive requests into one."""
     if not isinstance(message, ModelRequest):
-        return ''
-    chunks: list[str] = []
+        return []
+    texts: list[str] = []
     for part in prompt_parts(message):
-        if isinstance(part, UserPromptPart):
-            content = part.content
-            if isinstance(content, str):
-                chunks.append(content)
-            else:
-                chunks.extend(c for c in content if isinstance(c, str))
-    return '\n'.join(chunks).strip()
+        content = part.content
+        chunks = [content] if isinstance(content, str) else [c for c in content if isinstance(c, str)]
+        if text := '\n'.join(chunks).strip():
+            texts.append(text)
+    return texts
 
 
 def continues_task(
-    previous: ModelMessage | None, text: str, earlier: AbstractSet[str], *, closing: bool = False
+    previous: ModelMessage | None,
+    text: str | Sequence[str],
+    earlier: AbstractSet[str],
+    *,
+    closing: bool = False,
 ) -> bool:
-    """Whether a user prompt with `text`, after `previous`, continues the task (rules 1 to 4).
-    `closing`: the prompt's request holds the results that closed `previous`'s calls (an output
-    tool's, synthesized ones), so the prompt follows a finished run, not the middle of a step."""
+    """Whether user prompts with `text` (one text, or one per prompt part), after `previous`,
+    continue the task (rules 1 to 4): every part has to, so a new request sent beside a reminder
+    still starts a run. `closing`: the prompts' request holds the results that closed `previous`'s
+    calls (an output tool's, synthesized ones), so they follow a finished run, not a step."""
     if not closing and isinstance(previous, ModelResponse) and _parts.tool_calls(previous):
         return True
-    if not text:
+    texts = [text] if isinstance(text, str) else list(text)
+    texts = [t for t in texts if t]
+    if not texts:
         return False
-    if text in earlier:
-        return True
+    seen = set(earlier)
+    for t in texts:
+        if not (t in seen or _reminds(t)):
+            return False
+        seen.add(t)
+    return True
+
+
+def _reminds(text: str) -> bool:
     if len(text) <= REMINDER_MAX_CHARS and _FORMAT_WORDS.search(text):
         return True
     return len(text) <= 40 and _NUDGE.fullmatch(text) is not None
 
 
+def request_group(messages: Sequence[ModelMessage], i: int) -> Sequence[ModelMessage]:
+    """`messages[i]` and the requests right after it: what pydantic-ai sends as one request (it
+    merges consecutive requests), so what the rules read as one."""
+    j = i + 1
+    if isinstance(messages[i], ModelRequest):
+        while j < len(messages) and isinstance(messages[j], ModelRequest):
+            j += 1
+    return messages[i:j]
+
+
+def _in_group(messages: Sequence[ModelMessage], i: int) -> bool:
+    return i > 0 and isinstance(messages[i], ModelRequest) and isinstance(messages[i - 1], ModelRequest)
+
+
+def group_texts(messages: Sequence[ModelMessage], i: int) -> list[str]:
+    """The prompt texts the rules remember from `messages[i]` (rule 2): those of the requests from
+    it on that pydantic-ai sends as one, read at the first of them (none inside the group), and
+    none if any of them holds results the model is to read (the prompts are then tool content)."""
+    if _in_group(messages, i):
+        return []
+    group = request_group(messages, i)
+    if any(_feeds_model(m) for m in group):
+        return []
+    return [t for m in group for t in prompt_texts(m)]
+
+
 def starts_at(messages: Sequence[ModelMessage], i: int, earlier: AbstractSet[str]) -> bool:
-    """Whether a run starts at `messages[i]`, given the prompt texts before it (`earlier`)."""
-    message = messages[i]
+    """Whether a run starts at `messages[i]`, given the prompt texts before it (`earlier`, as
+    `group_texts` reads them).
+
+    Consecutive requests are read as the one request pydantic-ai merges them into: a run may only
+    start at the first of them, and whether it does depends on all of them (so a log reads the same
+    before and after `normalize` merges them)."""
     if i == 0:
         return True
-    if not has_prompt(message):
+    if _in_group(messages, i):
         return False
-    return is_summary(message) or not continues_task(
-        messages[i - 1], prompt_text(message), earlier, closing=closes_previous(message)
-    )
+    group = request_group(messages, i)
+    if not any(_parts.has_user_prompt(m) for m in group) or any(_feeds_model(m) for m in group):
+        return False
+    if any(is_summary(m) for m in group):
+        return True
+    texts = [t for m in group for t in prompt_texts(m)]
+    closing = any(closes_previous(m) for m in group)
+    return not continues_task(messages[i - 1], texts, earlier, closing=closing)
 
 
 def run_starts(messages: Sequence[ModelMessage]) -> list[int]:
     """The indexes where a run starts in a log without run ids (the first message always does)."""
     starts: list[int] = []
     earlier: set[str] = set()
-    for i, message in enumerate(messages):
+    for i in range(len(messages)):
         if starts_at(messages, i, earlier):
             starts.append(i)
-        if text := prompt_text(message):
-            earlier.add(text)
+        earlier.update(group_texts(messages, i))
     return starts
 
 

@@ -27,7 +27,7 @@ from pydantic_ai.messages import (
 )
 
 from ._boundaries import current_prompt as _current_prompt
-from ._boundaries import prompt_text, starts_at
+from ._boundaries import group_texts, starts_at
 from ._compaction import window
 from ._markers import OriginalsSink
 from ._prefix import begins_with, equal_prefix
@@ -127,6 +127,13 @@ class _Runs:
         self.earlier = {text: i for text, i in self.earlier.items() if i < n}
 
     def extend(self, messages: Sequence[ModelMessage]) -> None:
+        # Whether a run starts at a request depends on the requests right after it (`starts_at`),
+        # so the trailing requests read so far are read again with what follows them now.
+        group = len(self.messages)
+        while group and isinstance(self.messages[group - 1], ModelRequest):
+            group -= 1
+        if group < len(self.messages):
+            self.truncate(group)
         requests, unnamed = self.requests[-1], self.unnamed[-1]
         for i in range(len(self.messages), len(messages)):
             message = messages[i]
@@ -137,7 +144,7 @@ class _Runs:
                     unnamed += 1
             if starts_at(messages, i, self.earlier.keys()):
                 self.starts.append(i)
-            if text := prompt_text(message):
+            for text in group_texts(messages, i):
                 self.earlier.setdefault(text, i)
             current = self.current[-1] if self.current else rid
             if rid is not None and current is not None and rid != current:

@@ -27,13 +27,11 @@ from pydantic_ai.messages import (
 
 from pydantic_ai_context import _markers, _parts, _scope
 from pydantic_ai_context._boundaries import (
-    closes_previous,
     closes_run,
-    continues_task,
-    is_summary,
+    group_texts,
     is_tool_content,
-    prompt_text,
-    starts_run,
+    request_group,
+    starts_at,
 )
 from pydantic_ai_context._facts import call_summary, digest
 from pydantic_ai_context._markers import OriginalsSink
@@ -362,19 +360,19 @@ def _continues_last_run(log: Sequence[ModelMessage], tail: Sequence[ModelMessage
             if rid is not None and rid != current:
                 return False
         return True
+    if isinstance(log[-1], ModelRequest) and tail and isinstance(tail[0], ModelRequest):
+        return False  # the log's last requests are read with the new ones (`starts_at`): re-read
+    joined = [log[-1], *tail]
     earlier: set[str] | None = None
-    for j, message in enumerate(tail):
-        if not starts_run(message):
+    for j in range(len(tail)):
+        if not any(_parts.has_user_prompt(m) for m in request_group(joined, j + 1)):
             continue
         if earlier is None:  # only a prompt in the tail needs the earlier prompts
-            earlier = {t for m in log if (t := prompt_text(m))}
-        previous = tail[j - 1] if j else log[-1]
-        text = prompt_text(message)
-        if is_summary(message) or not continues_task(
-            previous, text, earlier, closing=closes_previous(message)
-        ):
+            earlier = {t for i in range(len(log)) for t in group_texts(log, i)}
+            earlier.update(t for i in range(1, j + 1) for t in group_texts(joined, i))
+        if starts_at(joined, j + 1, earlier):
             return False
-        earlier.add(text)
+        earlier.update(group_texts(joined, j + 1))
     return True
 
 

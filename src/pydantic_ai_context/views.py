@@ -114,16 +114,24 @@ class _Runs:
         """Each prompt text seen, with where it first appeared (`_boundaries` rule 2)."""
         self.added: list[tuple[int, str]] = []
         """The entries of `earlier`, in the order they were added."""
+        self.closed: list[RunSpan] = []
+        """The spans of the runs that end where the next one starts, made once (a log of many
+        runs is read by several steps of every compile)."""
 
     def spans(self) -> list[RunSpan]:
         if self.requests[-1] and not self.unnamed[-1]:
             return _spans_by_run_id(self.messages, self)
-        ends = [*self.starts[1:], len(self.messages)]
-        return [RunSpan(start=s, end=e) for s, e in zip(self.starts, ends, strict=True)]
+        starts, closed = self.starts, self.closed
+        for i in range(len(closed), len(starts) - 1):
+            closed.append(RunSpan(start=starts[i], end=starts[i + 1]))
+        if not starts:
+            return []
+        return [*closed, RunSpan(start=starts[-1], end=len(self.messages))]
 
     def truncate(self, n: int) -> None:
         del self.messages[n:], self.requests[n + 1 :], self.unnamed[n + 1 :], self.current[n:]
         del self.starts[bisect.bisect_left(self.starts, n) :]
+        del self.closed[max(len(self.starts) - 1, 0) :]
         del self.changes[bisect.bisect_left(self.changes, n) :]
         # Texts were first seen in order: undoing those seen from `n` on pops them off the end.
         added = self.added

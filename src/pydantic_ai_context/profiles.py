@@ -29,8 +29,9 @@ from pydantic_ai.toolsets import FunctionToolset
 from . import _registry, registry
 from ._compaction import window as compaction_window
 from ._markers import conversation_identity
-from ._offload import warm_off_loop
+from ._offload import new_messages, warm_off_loop
 from ._scope import MemoScope, compiling
+from ._warm import WARM_MESSAGES, warm_prefixes
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
 from .budget import DEFAULT_SAFETY_MARGIN as _SAFETY_MARGIN
 from .budget import ContextBudget, resolve_context_window, resolve_input_limit
@@ -47,7 +48,7 @@ from .overhead import OverheadMemo, RequestOverhead
 from .policies.summarize._summary_ahead import BackgroundSummaries
 from .readback.archive import ContextArchive, ReadbackStore
 from .registry import split_settings
-from .tokens import TokenCounter, default_counter
+from .tokens import TokenCounter, _MessageCounter, default_counter
 from .views import CompileContext, Step, compile_view, step_name
 
 if TYPE_CHECKING:
@@ -240,7 +241,7 @@ class ContextProfile(AbstractCapability[Any]):
         run_id = getattr(ctx, 'run_id', None) if ctx is not None else None
         compile_id = self._events_room.next_id()
         counter = self.counter_for(model)
-        await _warm_off_loop(self, counter, messages, ctx, conversation)
+        unread = await _warm_off_loop(self, counter, messages, ctx, conversation)
         # Inside the compile's scope: what is measured of the log (the newest instructions, the
         # archive's lineage fingerprints) resumes from what was measured of the previous one.
         with compiling(self._scope, messages) as generation:
@@ -262,6 +263,8 @@ class ContextProfile(AbstractCapability[Any]):
                 if whole_log or ctx is None or self._background_outlives_runs
                 else None,
             )
+            if unread >= WARM_MESSAGES:  # a long log read for the first time: in pieces that yield
+                await warm_prefixes(messages, self.steps, context, unread=unread)
             happened, on_event = self._events_room.collector(self, compile_id)
             view = await compile_view(
                 messages, self.steps, context, on_event=on_event, count_tokens=bool(self.event_handlers)
@@ -570,14 +573,17 @@ async def _warm_off_loop(
     messages: Sequence[ModelMessage],
     ctx: Any,
     conversation: str | None,
-) -> None:
+) -> int:
     """Measure large new content in a worker thread before the steps (see `_offload`), with the
-    archive's fingerprints where the compile will fingerprint the log (no id names its conversation)."""
+    archive's fingerprints where the compile will fingerprint the log (no id names its conversation).
+    Returns how many of the newest messages the counter had not counted before."""
     also: Callable[[ModelMessage], Any] | None = None
     named = conversation is not None or profile.archive.conversation is not None
     if profile.readback and not named and conversation_identity(messages, ctx) is None:
         also = profile.archive._fingerprint
+    unread = len(new_messages(counter, messages)) if isinstance(counter, _MessageCounter) else 0
     await warm_off_loop(counter, messages, also=also)
+    return unread
 
 
 def _sink(

@@ -232,7 +232,9 @@ class ContextArchive:
         """How many openings of conversations without an id are told apart (least recently compiled forgotten first)."""
         self._lineages: collections.OrderedDict[str, list[_Lineage]] = collections.OrderedDict()
         self._lineage_ids = itertools.count(1)
-        self._fingerprints: ObjectMemo[bytes] = ObjectMemo(max_bytes=8 * 1024 * 1024)
+        # About 428 bytes are counted a message: 8 MB held 19,600, so the first read of a longer log
+        # evicted what the worker thread had measured before the loop read it, message by message.
+        self._fingerprints: ObjectMemo[bytes] = ObjectMemo(max_bytes=48 * 1024 * 1024)
         self._written: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._spans: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         # Each message's JSON, while it lives unchanged: a span that moves with the view (a summary

@@ -236,7 +236,7 @@ def runs_section(runs: dict[str, dict[str, dict[str, dict[str, Any]]]], window: 
 
 
 def options_table(rows: Sequence[dict[str, Any]], everything: Sequence[dict[str, Any]]) -> list[str]:
-    """Each preset with settings (`coding(clamp_fresh=True)`) beside the same preset: default -> set."""
+    """Each preset with settings (`coding(clamp_fresh=False)`) beside the same preset: default -> set."""
     by_key = {(row['window'], row['profile']): row for row in everything}
     lines = []
     for row in rows:

@@ -458,14 +458,14 @@ async def test_a_fresh_large_result_just_over_the_limit_drops_no_steps_that_come
     fitted whole again and the steps came back: the cached prefix broke twice (replay at 16k, 10 of
     71 requests of `mini_gemini3pro_requests_1142`, cost 1.063 of sending everything). Now the fresh
     result is clamped to the room left (with `clamp_fresh`), and the next request's view extends
-    this one. Off by default, older steps go and the fresh result stays whole (invariant 3)."""
+    this one (the presets' default). With `clamp_fresh=False`, older steps go and the fresh result
+    stays whole (invariant 3)."""
     counter = HeuristicCounter()
-    default = await profile('coding', context_window=4_000, reserved_output=0, counter=counter).compile(
-        fresh_result_log(steps_after=1)[:-2]
-    )
-    assert default[-1].parts[0].content == fresh_result_log()[-1].parts[0].content
-    assert any(drop_record(m) for m in default)
-    coding = profile('coding', context_window=4_000, reserved_output=0, counter=counter, clamp_fresh=True)
+    off = profile('coding', context_window=4_000, reserved_output=0, counter=counter, clamp_fresh=False)
+    whole = await off.compile(fresh_result_log(steps_after=1)[:-2])
+    assert whole[-1].parts[0].content == fresh_result_log()[-1].parts[0].content
+    assert any(drop_record(m) for m in whole)
+    coding = profile('coding', context_window=4_000, reserved_output=0, counter=counter)
     limit = coding.budget_for().limit
     later = fresh_result_log(steps_after=1)
     log = later[:-2]
@@ -487,7 +487,7 @@ async def test_a_fresh_large_result_just_over_the_limit_drops_no_steps_that_come
     assert len(next_view) == len(later)
     assert next_view[: len(view) - 1] == view[:-1]
     # Pure: a fresh profile compiling the same log gives the same view; a view of it is the same.
-    fresh = profile('coding', context_window=4_000, reserved_output=0, counter=counter, clamp_fresh=True)
+    fresh = profile('coding', context_window=4_000, reserved_output=0, counter=counter)
     assert await fresh.compile(log) == view
     assert await fresh.compile(view) == view
 

@@ -62,7 +62,7 @@ def coding(
     isolate_mode: IsolateMode = 'digest',
     exclude_tools: ToolNames = _EXCLUDED_TOOLS,
     keep_last_steps: NonNegativeInt = 2,
-    clamp_fresh: bool = False,
+    clamp_fresh: bool = True,
     **common: Any,
 ) -> ContextProfile:
     """Zero-LLM compaction for long tool-using runs.
@@ -81,11 +81,13 @@ def coding(
         isolate_mode: What finished runs keep of their tool trace (`keep`/`mask`/`digest`/`drop`).
         exclude_tools: Tools whose results are never masked (reasoning and plan trackers).
         keep_last_steps: Steps `fit_to_budget` never drops.
-        clamp_fresh: Clamp a fresh tool result that alone takes the view over the limit, rather
-            than drop older steps that come back once trim has shortened it (off: DESIGN
-            invariant 3 keeps the newest turns whole while anything else fits; replay at 16k,
-            six shipped runs: cost/none coding 0.497 -> 0.440, chat 0.547 -> 0.512, needed
-            facts no lower; see docs/benchmarks.md).
+        clamp_fresh: Clamp a fresh tool result that alone takes the view over the limit to the
+            room left (head and tail, readable back), rather than drop older steps that come
+            back once trim has shortened it (DESIGN invariant 3). On by default: replay of the
+            six shipped runs at 16k, cost/none coding 0.497 -> 0.440, long_horizon 0.452 ->
+            0.447, at 32k coding 0.498 -> 0.491, needed facts no lower anywhere; the held-out
+            runs unchanged (docs/benchmarks.md). Off: the newest result stays whole while
+            dropping older steps makes the view fit.
     """
     return ContextProfile(
         name='coding',
@@ -121,7 +123,7 @@ def chat(
     summary_ahead: bool = True,
     summary_ahead_lead: NonNegativeFloat = 0.75,
     keep_last_steps: NonNegativeInt = 2,
-    clamp_fresh: bool = False,
+    clamp_fresh: bool = True,
     **common: Any,
 ) -> ContextProfile:
     """Many-turn conversations: finished turns collapse, old outputs are trimmed, and when the
@@ -154,11 +156,13 @@ def chat(
             1.5 s: cost +1.6% against the synchronous summary, 10% of summariser tokens wasted;
             +1.2% at 0; before the interim view, 18% wasted at 1.0).
         keep_last_steps: Steps `fit_to_budget` never drops.
-        clamp_fresh: Clamp a fresh tool result that alone takes the view over the limit, rather
-            than drop older steps that come back once trim has shortened it (off: DESIGN
-            invariant 3 keeps the newest turns whole while anything else fits; replay at 16k,
-            six shipped runs: cost/none coding 0.497 -> 0.440, chat 0.547 -> 0.512, needed
-            facts no lower; see docs/benchmarks.md).
+        clamp_fresh: Clamp a fresh tool result that alone takes the view over the limit to the
+            room left (head and tail, readable back), rather than drop older steps that come
+            back once trim has shortened it (DESIGN invariant 3). On by default: replay of the
+            six shipped runs at 16k, cost/none coding 0.497 -> 0.440, long_horizon 0.452 ->
+            0.447, at 32k coding 0.498 -> 0.491, needed facts no lower anywhere; the held-out
+            runs unchanged (docs/benchmarks.md). Off: the newest result stays whole while
+            dropping older steps makes the view fit.
     """
     frontier = Frontier(keep_recent=keep_recent, step=step, budget_step=budget_step)
     summarize = _summarize(
@@ -200,7 +204,7 @@ def long_horizon(
     summary_ahead: bool = True,
     summary_ahead_lead: NonNegativeFloat = 0.0,
     keep_last_steps: NonNegativeInt = 2,
-    clamp_fresh: bool = False,
+    clamp_fresh: bool = True,
     **common: Any,
 ) -> ContextProfile:
     """`coding`'s zero-LLM chain, then a summary of the middle when the view is still over the
@@ -239,11 +243,13 @@ def long_horizon(
             where the synchronous path would make none (replay at 16k: 8 calls as synchronously,
             against 13 at 1.0).
         keep_last_steps: Steps `fit_to_budget` never drops.
-        clamp_fresh: Clamp a fresh tool result that alone takes the view over the limit, rather
-            than drop older steps that come back once trim has shortened it (off: DESIGN
-            invariant 3 keeps the newest turns whole while anything else fits; replay at 16k,
-            six shipped runs: cost/none coding 0.497 -> 0.440, chat 0.547 -> 0.512, needed
-            facts no lower; see docs/benchmarks.md).
+        clamp_fresh: Clamp a fresh tool result that alone takes the view over the limit to the
+            room left (head and tail, readable back), rather than drop older steps that come
+            back once trim has shortened it (DESIGN invariant 3). On by default: replay of the
+            six shipped runs at 16k, cost/none coding 0.497 -> 0.440, long_horizon 0.452 ->
+            0.447, at 32k coding 0.498 -> 0.491, needed facts no lower anywhere; the held-out
+            runs unchanged (docs/benchmarks.md). Off: the newest result stays whole while
+            dropping older steps makes the view fit.
     """
     zero_llm = _zero_llm_chain(
         keep_recent=keep_recent,
@@ -294,9 +300,9 @@ def _zero_llm_chain(
         dedupe_reads(frontier=frontier),
         trim_tool_outputs(frontier=frontier, max_tokens=trim_threshold, max_arg_chars=clip_args),
         mask_observations(frontier=frontier, exclude_tools=exclude_tools),
-        # `clamp_fresh` is off by default: DESIGN invariant 3 keeps the newest turns whole while
-        # dropping older steps fits (on, replay at 16k: coding 0.497 -> 0.440, and
-        # `mini_gemini3pro_requests_1142` 1.063 -> 0.682, needed facts no lower).
+        # `clamp_fresh` (on by default): steps dropped for a fresh result would come back at the
+        # next request (replay at 16k: coding 0.497 -> 0.440, `mini_gemini3pro_requests_1142`
+        # 1.063 -> 0.682, needed facts no lower).
         fit_to_budget(keep_last_steps=keep_last_steps, clamp_fresh=clamp_fresh),
     )
 

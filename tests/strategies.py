@@ -121,7 +121,7 @@ def tool_args(draw: st.DrawFn, name: str) -> Any:
     return f'{{"path": "{path}"}}'
 
 
-def _retry_part(name: str, call_id: str, content: str) -> Any:
+def retry_part(name: str, call_id: str, content: str) -> Any:
     if PYDANTIC_AI_MAJOR >= 2:
         return ToolReturnPart(name, content, tool_call_id=call_id, outcome='retried')
     with warnings.catch_warnings():
@@ -220,7 +220,7 @@ def histories(
             results = []
             for call in calls:
                 if draw(st.integers(0, 7)) == 0:
-                    results.append(_retry_part(call.tool_name, call.tool_call_id, 'bad arguments, try again'))
+                    results.append(retry_part(call.tool_name, call.tool_call_id, 'bad arguments, try again'))
                 else:
                     results.append(
                         ToolReturnPart(call.tool_name, draw(tool_output()), tool_call_id=call.tool_call_id)

@@ -659,3 +659,42 @@ def test_run_ids_read_from_a_fold_resumed_between_compiles_equal_a_fresh_read() 
             with compiling(scope, log):
                 live = _continues_last_run(previous, tail)
             assert live == _continues_last_run(previous, tail), (len(previous), tail)
+
+
+@dataclass
+class _KeptRefs:
+    refs: list[str] = field(default_factory=list)
+
+    def keep_result(self, ref: str, part: Any) -> None:
+        self.refs.append(ref)
+
+    def keep_span(self, ref: str, items: Any, *, replace: bool = False) -> None:
+        self.refs.append(ref)
+
+
+def test_a_new_run_reuses_the_finished_runs_records_and_keeps_their_originals_again() -> None:
+    """A run starting collapses the finished ones again: their records are made once while their
+    messages stay the same, and what they gave the read-back archive is given again."""
+    log, _, _ = two_runs()
+    longer = [
+        *log,
+        ModelResponse(parts=[TextPart('Fixed: save() now validates first.')]),
+        ModelRequest(parts=[UserPromptPart('Now add a test for it.')]),
+    ]
+    policy = isolate_boundaries()
+    scope = MemoScope()
+
+    def compiled(messages: list[ModelMessage], sink: _KeptRefs) -> list[ModelMessage]:
+        with compiling(scope, messages):
+            context = CompileContext(counter=HeuristicCounter())
+            context.originals = sink
+            return policy.apply(list(messages), context)
+
+    first_sink, second_sink = _KeptRefs(), _KeptRefs()
+    first = compiled(log, first_sink)
+    second = compiled(longer, second_sink)
+    assert marker(first[1])['kind'] == 'isolated'
+    assert second[1] is first[1], "the first run's record is made once"
+    assert first_sink.refs
+    assert set(first_sink.refs) <= set(second_sink.refs), 'its originals are kept again'
+    assert second == isolate(longer)  # the same view as one made from nothing

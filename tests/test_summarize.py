@@ -563,7 +563,9 @@ async def test_a_kept_block_after_a_summary_is_not_collapsed_as_a_run() -> None:
     """Issue 14: a view with an interrupted run's unresolved failure kept after the summary, then an
     acknowledgement, read as a finished run (summary prompt ... 'Understood' answer) on recompile,
     and isolate_boundaries collapsed it into a trace record: the view of the view differed."""
-    h = History().user('first task: fix src/a.py')
+    # Run ids mark where the interrupted run ends: without them the next prompt, in a request right
+    # after the run's last results, is sent merged with them and read as that tool's content.
+    h = History(stamp_runs=True).user('first task: fix src/a.py')
     h.step(Tool('read_file', {'path': 'src/a.py'}, long_text(40, prefix='src/a.py')))
     h.step(Tool('bash', {'command': 'pytest'}, 'FAILED tests/test_a.py - boom', failed=True))
     h.user('second task').answer('second answer')
@@ -664,3 +666,45 @@ def test_the_span_stamp_and_run_ids_are_read_again_when_the_span_changed() -> No
         head = [dataclasses.replace(log[0], conversation_id='conv-1')]
         moved = Zones(head=head, start=1, start_log=1, head_log=1)
         assert _stamp_and_ids(renamed, moved, memo)[1] == {'run_id': 'run-2', 'conversation_id': 'conv-1'}
+
+
+# --- a span longer than the summariser's window ----------------------------------------------------
+
+
+def _long_run(steps: int) -> list[ModelMessage]:
+    """A run whose every step has a long note and a long output: its transcript, even with every
+    part clipped to the shortest, is several times a 3,000-token window."""
+    h = History().user('fix the parser', system='You are a careful coding agent.')
+    for i in range(steps):
+        h.step(
+            Tool(
+                'execute_bash', {'command': f'pytest tests/test_{i}.py'}, long_text(30, prefix=f'src/m{i}.py')
+            ),
+            text=f'Step {i}: ' + 'I look at the failing module and think about what to do next. ' * 20,
+        )
+    return h.build()
+
+
+def test_a_span_over_the_summariser_window_is_summarised_in_links_not_replaced_by_a_marker() -> None:
+    s = Summariser()
+    log = _long_run(60)
+    ctx = CompileContext(
+        counter=HeuristicCounter(), budget=ContextBudget(context_window=3_000, reserved_output=300)
+    )
+    p = policy(s, max_messages=20, keep_messages=4, step_messages=8)
+    view = run(p, log, ctx)
+    event_details = ctx._details
+    assert s.calls >= 2, 'the span is written as a chain of links'
+    assert summary_text(view).startswith(SUMMARY[:20])
+    assert 'could not be produced' not in str(view)
+    assert event_details['summary_calls'] == s.calls  # every link's call is counted
+    # Each link's prompt fits the summariser's window, and each after the first carries the summary
+    # before it.
+    limit = 3_000 * (1 - ctx.budget.safety_margin)
+    assert all(HeuristicCounter().count_text(prompt) < limit for prompt in s.prompts)
+    assert all('<previous_summary>' in prompt for prompt in s.prompts[1:])
+    # The links are cached where a chain may stop: the next compile walks them, no new call.
+    calls = s.calls
+    again = run(p, log, CompileContext(counter=HeuristicCounter(), budget=ctx.budget))
+    assert again == view
+    assert s.calls == calls

@@ -194,9 +194,9 @@ def continues_task(
     texts = [t for t in texts if t]
     if not texts:
         return False
-    seen = set(earlier)
+    seen: set[str] = set()  # the texts of the parts before (`earlier` is not copied: it is long)
     for t in texts:
-        if not (t in seen or _reminds(t)):
+        if not (t in earlier or t in seen or _reminds(t)):
             return False
         seen.add(t)
     return True

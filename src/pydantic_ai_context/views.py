@@ -112,19 +112,31 @@ class _Runs:
         """Where a run starts by run id (the id differs from the one in force before)."""
         self.earlier: dict[str, int] = {}
         """Each prompt text seen, with where it first appeared (`_boundaries` rule 2)."""
+        self.added: list[tuple[int, str]] = []
+        """The entries of `earlier`, in the order they were added."""
+        self.closed: list[RunSpan] = []
+        """The spans of the runs that end where the next one starts, made once (a log of many
+        runs is read by several steps of every compile)."""
 
     def spans(self) -> list[RunSpan]:
         if self.requests[-1] and not self.unnamed[-1]:
             return _spans_by_run_id(self.messages, self)
-        ends = [*self.starts[1:], len(self.messages)]
-        return [RunSpan(start=s, end=e) for s, e in zip(self.starts, ends, strict=True)]
+        starts, closed = self.starts, self.closed
+        for i in range(len(closed), len(starts) - 1):
+            closed.append(RunSpan(start=starts[i], end=starts[i + 1]))
+        if not starts:
+            return []
+        return [*closed, RunSpan(start=starts[-1], end=len(self.messages))]
 
     def truncate(self, n: int) -> None:
         del self.messages[n:], self.requests[n + 1 :], self.unnamed[n + 1 :], self.current[n:]
         del self.starts[bisect.bisect_left(self.starts, n) :]
+        del self.closed[max(len(self.starts) - 1, 0) :]
         del self.changes[bisect.bisect_left(self.changes, n) :]
-        # Prompts are few next to messages, so undoing the texts seen is a scan of the texts.
-        self.earlier = {text: i for text, i in self.earlier.items() if i < n}
+        # Texts were first seen in order: undoing those seen from `n` on pops them off the end.
+        added = self.added
+        while added and added[-1][0] >= n:
+            del self.earlier[added.pop()[1]]
 
     def extend(self, messages: Sequence[ModelMessage]) -> None:
         # Whether a run starts at a request depends on the requests right after it (`starts_at`),
@@ -145,7 +157,9 @@ class _Runs:
             if starts_at(messages, i, self.earlier.keys()):
                 self.starts.append(i)
             for text in group_texts(messages, i):
-                self.earlier.setdefault(text, i)
+                if text not in self.earlier:
+                    self.earlier[text] = i
+                    self.added.append((i, text))
             current = self.current[-1] if self.current else rid
             if rid is not None and current is not None and rid != current:
                 self.changes.append(i)
@@ -153,6 +167,14 @@ class _Runs:
             self.requests.append(requests)
             self.unnamed.append(unnamed)
             self.messages.append(message)
+
+
+def prompt_texts_before(messages: Sequence[ModelMessage]) -> frozenset[str]:
+    """The prompt texts of `messages` that a prompt after them repeats to continue the task
+    (`_boundaries.group_texts`); read from the fold `run_spans` resumes during a compile."""
+    if not messages:
+        return frozenset()
+    return resumed_fold('views.runs', messages, _Runs, lambda fold: frozenset(fold.earlier))
 
 
 def _spans_by_run_id(messages: Sequence[ModelMessage], fold: _Runs) -> list[RunSpan]:

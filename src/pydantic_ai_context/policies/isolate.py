@@ -11,6 +11,7 @@ the task).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -35,11 +36,12 @@ from pydantic_ai_context._boundaries import (
 )
 from pydantic_ai_context._facts import call_summary, digest
 from pydantic_ai_context._markers import OriginalsSink
+from pydantic_ai_context._memo import ObjectMemo
 from pydantic_ai_context.tokens import TokenCounter
-from pydantic_ai_context.views import CompileContext, current_run, run_spans
+from pydantic_ai_context.views import CompileContext, current_run, prompt_texts_before, run_spans
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_resume
-from ._frontier import nominal_part_tokens
+from ._frontier import counter_key, nominal_part_tokens
 from .summarize._summary_block import ACK_KIND, KEPT_KIND
 from .summarize._summary_block import MARKER_KIND as SUMMARY_KIND
 
@@ -165,6 +167,7 @@ class IsolateBoundaries(SyncPolicy):
     a run has ended long ago once the next one started (replay, held-out multi-turn chat at 128k:
     masking the last finished run instead of recording it costs 0.467 of `none` against 0.422)."""
     _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
+    _memo: ObjectMemo[Any] = field(default_factory=ObjectMemo[Any], init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ('keep', 'mask', 'digest', 'drop'):
@@ -206,17 +209,22 @@ class IsolateBoundaries(SyncPolicy):
         # Runs the budget needs, or that ended long ago, become records; the others (recent, with
         # room to spare) only have their outputs masked, their calls and notes stay.
         due = {n for n in range(len(finished)) if pressed or len(finished) - n > self.keep_runs}
-        notes = [_run_notes(messages[span.start : span.end]) for n, span in enumerate(finished) if n in due]
-        short = _shortened_runs(notes, context) if pressed else 0
+        short = 0
+        if pressed:
+            sizes = [
+                self._notes_tokens(messages[s.start : s.end], context)
+                for n, s in enumerate(finished)
+                if n in due
+            ]
+            short = _shortened_runs(sizes, context)
         out: list[ModelMessage] = []
         position = 0
         n_runs = 0
         calls = 0
         for n, span in enumerate(finished):
-            collapsed = self._collapse(
+            collapsed = self._collapsed(
                 messages[span.start : span.end],
-                context.counter,
-                context.originals,
+                context,
                 mode=self.mode if n in due else 'mask',
                 shorten=n < short,
             )
@@ -238,6 +246,38 @@ class IsolateBoundaries(SyncPolicy):
             mode=self.mode,
         )
         return out, None if pressed else _Pressure(tokens)
+
+    def _collapsed(
+        self, run: Sequence[ModelMessage], context: CompileContext, *, mode: IsolateMode, shorten: bool
+    ) -> _Collapsed | None:
+        """`_collapse` of `run`, remembered while its messages are the same objects: a new run
+        starting collapses the finished ones again, and their records are the same (what they
+        gave the read-back archive is given again)."""
+        # Within one generation of the compiling scope no message was edited in place (outside a
+        # compile nothing is remembered), so the same objects are the same run.
+        generation = _scope.active_generation()
+        if generation is None:
+            return self._collapse(run, context.counter, context.originals, mode=mode, shorten=shorten)
+        tag = ('collapse', mode, shorten, counter_key(context.counter), generation)
+        found = self._memo.get(run[0], tag)
+        if found is not None and len(found[0]) == len(run) and all(map(operator.is_, found[0], run)):
+            _replay(found[2], context.originals)
+            return found[1]  # type: ignore[no-any-return]
+        kept = _KeptOriginals(context.originals)
+        collapsed = self._collapse(run, context.counter, kept, mode=mode, shorten=shorten)
+        self._memo.put(run[0], (tuple(run), collapsed, kept.calls), tag)
+        return collapsed
+
+    def _notes_tokens(self, run: Sequence[ModelMessage], context: CompileContext) -> int:
+        """The tokens of the assistant's notes in a run's trace (`_run_notes`), remembered as `_collapsed`."""
+        generation = _scope.active_generation()
+        tag = ('notes', counter_key(context.counter), generation)
+        found = self._memo.get(run[0], tag) if generation is not None else None
+        if found is not None and len(found[0]) == len(run) and all(map(operator.is_, found[0], run)):
+            return found[1]  # type: ignore[no-any-return]
+        tokens = sum(context.counter.count_text(t) for t in _run_notes(run))
+        self._memo.put(run[0], (tuple(run), tokens), tag)
+        return tokens
 
     def _collapse(
         self,
@@ -307,8 +347,34 @@ class _Pressure:
 
 
 def _log_tokens(messages: Sequence[ModelMessage], context: CompileContext) -> int:
-    # Message by message (memoised), so that the tokens of a longer log are these plus the tail's.
-    return sum(context.counter.count_message(m) for m in messages)
+    # Message by message, so that the tokens of a longer log are these plus the tail's; during a
+    # compile, a running total resumed from the previous log's.
+    counter = context.counter
+    return _scope.resumed_fold(
+        ('isolate.tokens', counter_key(counter)), messages, lambda: _Tokens(counter), _Tokens.read
+    )
+
+
+class _Tokens:
+    """The tokens of each prefix of a log, as a fold."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self.messages: list[ModelMessage] = []
+        self.totals: list[int] = [0]
+
+    def read(self) -> int:
+        return self.totals[-1]
+
+    def truncate(self, n: int) -> None:
+        del self.messages[n:], self.totals[n + 1 :]
+
+    def extend(self, messages: Sequence[ModelMessage]) -> None:
+        total = self.totals[-1]
+        for message in messages[len(self.messages) :]:
+            total += self.counter.count_message(message)
+            self.messages.append(message)
+            self.totals.append(total)
 
 
 def _over_budget(tokens: int, context: CompileContext) -> bool:
@@ -368,7 +434,7 @@ def _continues_last_run(log: Sequence[ModelMessage], tail: Sequence[ModelMessage
         if not any(_parts.has_user_prompt(m) for m in request_group(joined, j + 1)):
             continue
         if earlier is None:  # only a prompt in the tail needs the earlier prompts
-            earlier = {t for i in range(len(log)) for t in group_texts(log, i)}
+            earlier = set(prompt_texts_before(log))
             earlier.update(t for i in range(1, j + 1) for t in group_texts(joined, i))
         if starts_at(joined, j + 1, earlier):
             return False
@@ -426,19 +492,47 @@ def _run_notes(run: Sequence[ModelMessage]) -> list[str]:
     ]
 
 
-def _shortened_runs(notes: list[list[str]], context: CompileContext) -> int:
-    """How many of the oldest collapsed runs get their notes shortened so the rest fit the room."""
+def _shortened_runs(sizes: list[int], context: CompileContext) -> int:
+    """How many of the oldest collapsed runs get their notes (of `sizes` tokens each) shortened so
+    the rest fit the room."""
     budget = context.budget
     if budget is None:
         return 0
     room = NOTES_SHARE * budget.soft_limit
-    sizes = [sum(context.counter.count_text(t) for t in run) for run in notes]
     total = sum(sizes)
     n = 0
     while n < len(sizes) and total > room:
         total -= sizes[n]
         n += 1
     return n
+
+
+class _KeptOriginals:
+    """An originals sink that passes what it is given on, and remembers it to give it again."""
+
+    def __init__(self, sink: OriginalsSink | None) -> None:
+        self.sink = sink
+        self.calls: list[tuple[str, str, Any, bool]] = []
+
+    def keep_result(self, ref: str, part: Any) -> None:
+        self.calls.append(('result', ref, part, False))
+        if self.sink is not None:
+            self.sink.keep_result(ref, part)
+
+    def keep_span(self, ref: str, items: Sequence[ModelMessage | str], *, replace: bool = False) -> None:
+        self.calls.append(('span', ref, items, replace))
+        if self.sink is not None:
+            self.sink.keep_span(ref, items, replace=replace)
+
+
+def _replay(calls: Sequence[tuple[str, str, Any, bool]], sink: OriginalsSink | None) -> None:
+    if sink is None:
+        return
+    for kind, ref, value, replace in calls:
+        if kind == 'result':
+            sink.keep_result(ref, value)
+        else:
+            sink.keep_span(ref, value, replace=replace)
 
 
 def _is_final_answer(message: ModelMessage | None) -> bool:

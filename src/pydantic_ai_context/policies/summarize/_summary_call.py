@@ -23,7 +23,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai_context import _parts
 from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.budget import resolve_context_window
-from pydantic_ai_context.policies.summarize._summary_block import Zones
+from pydantic_ai_context.policies.summarize._summary_block import Zones, digest_text
 from pydantic_ai_context.policies.summarize._summary_plan import chain_ends
 from pydantic_ai_context.policies.summarize._summary_reading import SummaryLedger
 from pydantic_ai_context.policies.summarize.summariser import (
@@ -47,6 +47,8 @@ _OVERSIZE: Final = 2
 """A summary longer than this many times the size asked for is discarded (the static marker is used)."""
 _MIN_PART_CHARS: Final = 250
 """The shortest clip of one part when a transcript is cut down to fit the summariser's window."""
+_USAGE: Final = ('summary_calls', 'summary_input_tokens', 'summary_output_tokens')
+"""The details a summariser call notes, summed over the links of a chain written at once."""
 _PROMPT_FRAMING_TOKENS: Final = 64
 """Tokens a provider adds around the summariser's instructions and prompt (roles, separators)."""
 FALLBACK_TEMPLATE: Final = (
@@ -111,6 +113,8 @@ class SummaryCalls:
 
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
     oversized: tuple[str, int | None, int | None] | None = None
+    unsplit: tuple[Any, int] | None = None
+    """The oversized span (as `oversized`) for which no shorter link fit either."""
 
     async def summary(
         self,
@@ -131,28 +135,94 @@ class SummaryCalls:
         before it, and a smaller summary serves wherever a larger one would)."""
         # Walk the chain of cached incremental summaries as far as it goes, longest link first.
         size = policy.summary_tokens(context, zones)
-        start, previous, previous_digest = policy.walk_chain(
-            messages,
-            zones,
-            chain_ends(messages, zones, end, policy.step_messages, policy.ledger.cut_points(messages)),
-            model,
-            size,
-        )
+        ends = chain_ends(messages, zones, end, policy.step_messages, policy.ledger.cut_points(messages))
+        start, previous, previous_digest = policy.walk_chain(messages, zones, ends, model, size)
         covered = zones.log_index(end) - zones.head_log
         if start == end and previous is not None:
             context.note(f'{why}: reused the cached summary of {covered} messages', summary_calls=0)
             return previous, 'summary'
-        return await self.write(
-            policy,
-            messages[start:end],
-            key=policy.key(messages, start, end, previous_digest, model, size),
-            previous=previous,
-            size=size if asked is None or size is None else min(size, asked),
-            covered=covered,
-            model=model,
-            context=context,
-            why=why,
-        )
+        asked_size = size if asked is None or size is None else min(size, asked)
+        usage = dict.fromkeys(_USAGE, 0)
+        links = 0
+        while True:
+            # A span whose transcript is over the summariser's window is written as a chain of
+            # shorter links, each ending where a cached chain may stop (so later compiles walk
+            # it), each summarising the one before: never one marker for the whole span.
+            shorter = [e for e in ends if start < e < end]
+            link_end, prompt = end, None
+            for key in _USAGE:
+                context._details.pop(key, None)
+            text, status = await self.write(
+                policy,
+                messages[start:end],
+                key=policy.key(messages, start, end, previous_digest, model, size),
+                previous=previous,
+                size=asked_size,
+                covered=covered,
+                model=model,
+                context=context,
+                why=why,
+                oversized_ok=bool(shorter),
+            )
+            if status == 'oversized':
+                tried = (self.oversized, len(shorter))
+                found = None
+                if tried != self.unsplit:
+                    found = self._longest_fitting(
+                        policy, messages, start, shorter, previous, asked_size, context, model
+                    )
+                if found is None:
+                    self.unsplit = tried  # as `oversized`: no shorter link fits now either
+                else:
+                    link_end, prompt = found
+                text, status = await self.write(
+                    policy,
+                    messages[start:link_end],
+                    key=policy.key(messages, start, link_end, previous_digest, model, size),
+                    previous=previous,
+                    size=asked_size,
+                    covered=zones.log_index(link_end) - zones.head_log,
+                    model=model,
+                    context=context,
+                    why=why,
+                    prompt=prompt,
+                )
+            links += 1
+            for key in _USAGE:
+                usage[key] += context._details.get(key, 0)
+            if links > 1:
+                context._details.update({k: v for k, v in usage.items() if v})
+            if link_end == end or status != 'summary':
+                return text, status
+            start, previous, previous_digest = link_end, text, digest_text(text)
+
+    def _longest_fitting(
+        self,
+        policy: SummarisingPolicy,
+        messages: Sequence[ModelMessage],
+        start: int,
+        ends: Sequence[int],
+        previous: str | None,
+        size: int | None,
+        context: CompileContext,
+        model: Any,
+    ) -> tuple[int, str] | None:
+        """The furthest of `ends` (ascending) whose span from `start` fits the summariser's window,
+        with its prompt; None if even the nearest does not. A longer span's transcript is longer,
+        so a binary search over the ends renders a few transcripts, not one per end."""
+        limit = summariser_input_limit(context, model, _instructions(policy), size)
+        best: tuple[int, str] | None = None
+        low, high = 0, len(ends) - 1
+        while low <= high:
+            mid = (low + high) // 2
+            prompt = fitted_prompt(
+                messages[start : ends[mid]], context, previous, size, policy.max_part_chars, limit
+            )
+            if prompt is None:
+                high = mid - 1
+            else:
+                best, low = (ends[mid], prompt), mid + 1
+        return best
 
     async def write(
         self,
@@ -166,9 +236,14 @@ class SummaryCalls:
         model: Any,
         context: CompileContext,
         why: str,
+        oversized_ok: bool = False,
+        prompt: str | None = None,
     ) -> tuple[str, str]:
         """The text standing for `span` (after `previous`, the summary before it), and 'summary' or
-        'fallback'; the summary (or its rejection) is filed in the cache under `key`."""
+        'fallback'; the summary (or its rejection) is filed in the cache under `key`.
+
+        `oversized_ok`: a transcript over the summariser's window gives `('', 'oversized')`, nothing
+        noted (the caller writes a shorter span); `prompt`: the span's prompt, already fitted."""
         cache = settings.cache
         if cache.get(key) == '':
             return _fallback(previous, span, context, why, 'summary was rejected before')
@@ -177,21 +252,18 @@ class SummaryCalls:
         now = settings.clock()
         if not self.breaker.allows(now, settings.breaker_cooldown):
             return _fallback(previous, span, context, why, 'circuit breaker open', breaker_open=1)
-        instructions = SUMMARISER_INSTRUCTIONS + (
-            f'\n\n{settings.instructions}' if settings.instructions else ''
-        )
+        instructions = _instructions(settings)
         limit = summariser_input_limit(context, model, instructions, size)
         # A span whose transcript did not fit this limit in this conversation (same generation of
         # the compiling scope: the log's originals are the same) does not fit now either; rendering
         # it again, at every request, would cost a pass over the whole span.
         oversized = (key, limit, active_generation())
-        prompt = (
-            None
-            if oversized[2] is not None and oversized == self.oversized
-            else fitted_prompt(span, context, previous, size, settings.max_part_chars, limit)
-        )
+        if prompt is None and not (oversized[2] is not None and oversized == self.oversized):
+            prompt = fitted_prompt(span, context, previous, size, settings.max_part_chars, limit)
         if prompt is None:
             self.oversized = oversized
+            if oversized_ok:
+                return '', 'oversized'
             return _fallback(previous, span, context, why, "transcript over the summariser's window")
         if why == AHEAD:  # --- summary ahead: what a cancelled call would have cost ---
             context._details['summary_prompt_tokens'] = context.counter.count_text(prompt)
@@ -265,6 +337,10 @@ def fitted_prompt(
             originals, max_chars = {}, max_part_chars
         else:
             return None
+
+
+def _instructions(settings: SummarisingPolicy) -> str:
+    return SUMMARISER_INSTRUCTIONS + (f'\n\n{settings.instructions}' if settings.instructions else '')
 
 
 def _fallback(

@@ -14,6 +14,7 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelResponse,
     ToolReturnPart,
+    UserPromptPart,
 )
 
 from pydantic_ai_context import (
@@ -161,6 +162,31 @@ def test_digests_do_not_repeat_facts_shown_earlier_in_the_view() -> None:
     assert 'ValueError' not in second
     repeated = run(mask(skip_seen_facts=False), log)[4].parts[0].content
     assert 'src/widgets/core.py' in repeated
+
+
+def test_facts_a_summary_lists_are_not_left_out_of_digests_after_it() -> None:
+    """Issue: a view of a summarised view masked results the view itself left whole. Masking runs
+    before summarising, so on the first compile a digest is made beside the messages a summary
+    later stands for; the summary may list facts those messages did not show (it reads the
+    originals). Counting its facts as shown shortened the digests after it on a recompile only."""
+    output = 'src/widgets/core.py:10: in run\nValueError: the widget exploded\n' + 'more output here\n' * 20
+    facts = 'Facts: src/widgets/core.py\nValueError: the widget exploded'
+    summary = ModelRequest(
+        parts=[UserPromptPart('go'), UserPromptPart(facts)],
+        metadata=_parts.with_marker(None, {'kind': 'summary', 'part': 1}),
+    )
+    h = History().user('go')
+    h.messages[0] = summary
+    for i in range(2):
+        h.step(Tool('bash', {'command': f'python run_{i}.py'}, output))
+    digest = run(mask(), h.build())[2].parts[0].content
+    assert 'src/widgets/core.py' in digest
+    assert 'ValueError: the widget exploded' in digest
+    # The same facts in a prompt the view shows are left out.
+    h.messages[0] = ModelRequest(parts=[UserPromptPart('go'), UserPromptPart(facts)])
+    digest = run(mask(), h.build())[2].parts[0].content
+    assert 'src/widgets/core.py' not in digest
+    assert 'ValueError' not in digest
 
 
 def test_token_window() -> None:

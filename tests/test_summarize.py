@@ -32,6 +32,7 @@ from pydantic_ai_context import (
 )
 from pydantic_ai_context._markers import without_ref
 from pydantic_ai_context._parts import REQUEST_COMPACTION, marker, part_text
+from pydantic_ai_context.policies._frontier import observation_indices
 from pydantic_ai_context.policies.isolate import isolate_boundaries
 from pydantic_ai_context.policies.summarize import (
     SummarizeWindow,
@@ -447,6 +448,36 @@ def test_unresolved_failures_of_the_current_run_are_kept() -> None:
     calls = [p for m in view for p in m.parts if getattr(p, 'tool_call_id', None) == failed_call.tool_call_id]
     assert len(calls) == 2  # the call and its failed result, verbatim after the summary
     assert summary_message(view) is not None
+
+
+def test_the_observations_a_summary_stands_for_do_not_count_those_it_keeps() -> None:
+    """The compaction frontier counts the observations of the view plus those summaries stand for:
+    the same count as the log's, also when the summary keeps failed steps (their results in one
+    request of the view) and when a grown view is summarised again."""
+
+    def observations(messages: list[ModelMessage]) -> int:
+        hidden = sum(int((marker(m) or {}).get('observations', 0)) for m in messages)
+        return len(observation_indices(messages)) + hidden
+
+    log = History().user('fix it')
+    log.step(Tool('deploy', {'env': 'prod'}, 'permission denied', failed=True))
+    log.step(Tool('migrate', {'db': 'main'}, 'locked', failed=True))
+    for i in range(10):
+        log.step(Tool('execute_bash', {'command': f'make {i}'}, long_text(5)))
+    p = policy(Summariser())
+    view = run(p, log.messages)
+    kept = [
+        m for m in view if (marker(m) or {}).get('kind') == 'summary_kept' and isinstance(m, ModelRequest)
+    ]
+    assert len(kept) == 1
+    assert len(kept[0].parts) == 2  # both failed results, in one request
+    assert observations(view) == observations(log.messages)
+    more = History()
+    for i in range(6):
+        more.step(Tool('ls', {}, f'a{i}.py'))
+    grown = run(p, [*view, *more.messages])
+    assert sum((marker(m) or {}).get('kind') == 'summary' for m in grown) == 1
+    assert observations(grown) == observations(log.messages) + 6
 
 
 def test_the_current_run_is_never_summarised_by_default() -> None:

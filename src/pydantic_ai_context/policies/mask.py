@@ -25,6 +25,7 @@ from ._frontier import (
     unresolved_failures,
 )
 from ._native import removable, without_native_pairs
+from .summarize._summary_block import MARKER_KIND as SUMMARY_KIND
 
 __all__ = ('DEFAULT_EXCLUDED_TOOLS', 'MaskObservations', 'mask_observations')
 
@@ -307,10 +308,18 @@ class MaskObservations(SyncPolicy):
         return record is None or record.get('kind') in _UPGRADABLE
 
     def _visible_facts(self, message: ModelMessage) -> frozenset[str]:
+        """The facts `message` shows that a later digest need not repeat. A summary's are left out:
+        it is written after masking, from messages masking read, so on the first compile a digest
+        after it was made beside those messages, whose facts a summary may list differently (a view
+        of the view then masked results the view left whole)."""
         found = self._memo.get(message, 'facts')
         if found is None:
             keys: set[str] = set()
-            for part in message.parts:
+            summary = _parts.marker(message) or {}
+            summary_at = summary.get('part') if summary.get('kind') == SUMMARY_KIND else None
+            for j, part in enumerate(message.parts):
+                if j == summary_at:
+                    continue
                 record = _parts.marker(part)
                 content = getattr(part, 'content', None)
                 if record is not None and record.get('kind') == MASKED and isinstance(content, str):

@@ -331,10 +331,12 @@ def assemble_block(
     response_parts = [*zones.old_response_parts, *kept.response_parts]
     result_parts = [*zones.old_result_parts, *kept.result_parts]
     # Observations (tool-result requests) the summary now stands for: the compaction frontier
-    # still counts them, so a view of this view compacts the same messages.
+    # still counts them, so a view of this view compacts the same messages. The results the
+    # block keeps go back in one request of the view, an observation the frontier counts there:
+    # it stands for one of the span's (or for the earlier block's, rebuilt here).
     if observations is None:
         observations = sum(1 for m in middle if isinstance(m, ModelRequest) and _parts.tool_results(m))
-    observations += zones.previous_observations
+    observations += zones.previous_observations + bool(zones.old_result_parts) - bool(result_parts)
     record: dict[str, Any] = {
         'kind': MARKER_KIND,
         'scope': 'historical',

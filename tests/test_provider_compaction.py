@@ -38,6 +38,7 @@ from pydantic_ai.usage import RequestUsage
 from pydantic_ai_context import (
     ContextBudgetExceeded,
     ContextUsageEvent,
+    HeuristicCounter,
     HistoryIntegrityError,
     normalize,
     normalize_with_repairs,
@@ -446,3 +447,30 @@ def test_isolation_keeps_a_finished_run_that_holds_the_part(mode: str) -> None:
     assert view[0].parts[0] is part
     collapsed = view[6:]
     assert collapsed != list(sent[6:])  # the next finished run is isolated
+
+
+@pytest.mark.parametrize('shape', ['openai', 'anthropic'])
+@pytest.mark.parametrize('name', ['coding', 'long_horizon'])
+async def test_a_window_without_a_prompt_reads_back_after_a_drop(shape: str, name: str) -> None:
+    """Regression (the read-back property test, a generated history with a provider part): the
+    provider's window held no user prompt of its own, so the drop note `fit_to_budget` adds became
+    the view's first user prompt, whose digest named another conversation than the log's (no ids):
+    no ref of the view could be read back (a summary opening the view did the same)."""
+    from pydantic_ai_context.readback import read_context
+
+    from .test_readback import refs_in
+
+    log = mid_run_log(SHAPES[shape](), steps_before=2, steps_after=60)
+    p = profile(
+        name,
+        context_window=4_000,
+        reserved_output=400,
+        counter=HeuristicCounter(),
+        summary_model=extractive_summary_model(),
+        clamp_fresh=False,
+    )
+    view = await p.compile(log)
+    refs = refs_in(view)
+    assert {'dropped', 'summary'} & set(refs.values())  # the view opens with a note or a summary
+    for ref in refs:
+        assert 'no longer available' not in read_context(ref, view, p.archive, limit=100_000)

@@ -128,12 +128,30 @@ def conversation_key(messages: Sequence[ModelMessage]) -> str:
     for message in messages:
         if not isinstance(message, ModelRequest):
             continue
-        for part in message.parts:
-            if isinstance(part, UserPromptPart):
+        written = _written_here(message)
+        for k, part in enumerate(message.parts):
+            if isinstance(part, UserPromptPart) and k not in written:
                 stamp = part.timestamp.isoformat() if part.timestamp is not None else ''
                 text = f'{stamp}\x00{_parts.user_content_text(part.content)}'
                 return 'v' + hashlib.blake2b(text.encode('utf-8', 'surrogatepass'), digest_size=6).hexdigest()
     return ''
+
+
+def _written_here(message: ModelRequest) -> set[int]:
+    """The indexes of the user prompt parts this package wrote into a view's request (a summary's
+    text, a drop note): a view opening with one (a log whose window holds no prompt of its own, after
+    a provider's compaction) still has the key of its log."""
+    record = _parts.marker(message)
+    if record is None:
+        return set()
+    written: set[int] = set()
+    if record.get('kind') == 'summary' and isinstance(record.get('part'), int):
+        written.add(record['part'])
+    notes = [r.get('note') for r in (record, record.get('dropped')) if isinstance(r, dict)]
+    for k, part in enumerate(message.parts):
+        if isinstance(part, UserPromptPart) and part.content in notes:
+            written.add(k)
+    return written
 
 
 def conversation_identity(messages: Sequence[ModelMessage], run_context: Any = None) -> str | None:

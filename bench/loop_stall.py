@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import sys
 import time
@@ -33,9 +34,8 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).parent))
-from overhead import chat_with_tools_history, stub_summariser, synthetic_history  # noqa: E402
-
-from pydantic_ai_context import TiktokenCounter, profile  # noqa: E402
+from overhead import chat_with_tools_history, stub_summariser, synthetic_history
+from pydantic_ai_context import TiktokenCounter, profile
 
 TICK = 0.010
 
@@ -67,12 +67,16 @@ def big_output_log(megabytes: int) -> list[ModelMessage]:
     log = synthetic_history(41)
     line = 'tests/test_core.py::test_case PASSED [ 42%] src/pkg/core.py:120: value checked\n'
     output = line * (megabytes * 1_000_000 // len(line))
-    log.append(ModelResponse(parts=[ToolCallPart('execute_bash', {'command': 'pytest -v'}, tool_call_id='big')]))
+    log.append(
+        ModelResponse(parts=[ToolCallPart('execute_bash', {'command': 'pytest -v'}, tool_call_id='big')])
+    )
     log.append(ModelRequest(parts=[ToolReturnPart('execute_bash', output, tool_call_id='big')]))
     return log
 
 
-async def cases(name: str, window: int, big_mb: int, n_messages: int) -> list[tuple[str, str, float, float, float]]:
+async def cases(
+    name: str, window: int, big_mb: int, n_messages: int
+) -> list[tuple[str, str, float, float, float]]:
     rows: list[tuple[str, str, float, float, float]] = []
     shapes: Sequence[tuple[str, list[ModelMessage]]] = (
         (f'big output ({big_mb} MB)', big_output_log(big_mb)),
@@ -82,10 +86,12 @@ async def cases(name: str, window: int, big_mb: int, n_messages: int) -> list[tu
     for label, log in shapes:
         gc.collect()
         gc.freeze()
-        compiled = profile(name, context_window=window, counter=TiktokenCounter(), summary_model=stub_summariser())
+        compiled = profile(
+            name, context_window=window, counter=TiktokenCounter(), summary_model=stub_summariser()
+        )
         first, then = log[:-2], log
         for when, part in (('first compile', first), ('next request', then)):
-            stall, wall, cpu = await stall_of(lambda part=part: compiled.compile(part))
+            stall, wall, cpu = await stall_of(functools.partial(compiled.compile, part))
             rows.append((label, when, stall, wall, cpu))
         await compiled.close_background()
         gc.unfreeze()

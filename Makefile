@@ -53,8 +53,8 @@ bench: $(STAMP) $(BENCH_BIN)/python
 
 # The benchmarks page's tables and charts (docs/benchmarks.md, docs/assets/benchmarks-*.svg), from
 # fresh replays: the shared runs with the harness baselines, the held-out runs, clamp_fresh.
-OPTIONS := --profile chat --profile 'chat(clamp_fresh=False)' --profile coding \
-	--profile 'coding(clamp_fresh=False)' --profile long_horizon --profile 'long_horizon(clamp_fresh=False)'
+OPTIONS := --profile chat --profile 'chat(clamp_fresh=True)' --profile coding \
+	--profile 'coding(clamp_fresh=False)' --profile long_horizon --profile 'long_horizon(clamp_fresh=True)'
 
 bench-report: $(STAMP) $(BENCH_BIN)/python
 	$(BENCH_BIN)/python -m pip install --quiet -e '.[dev,bench]'

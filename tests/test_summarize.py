@@ -695,7 +695,7 @@ def test_a_span_over_the_summariser_window_is_summarised_in_links_not_replaced_b
     view = run(p, log, ctx)
     event_details = ctx._details
     assert s.calls >= 2, 'the span is written as a chain of links'
-    assert summary_text(view).startswith(SUMMARY[:20])
+    assert SUMMARY[:20] in summary_text(view)
     assert 'could not be produced' not in str(view)
     assert event_details['summary_calls'] == s.calls  # every link's call is counted
     # Each link's prompt fits the summariser's window, and each after the first carries the summary

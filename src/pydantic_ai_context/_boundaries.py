@@ -166,10 +166,14 @@ def prompt_texts(message: ModelMessage) -> list[str]:
     """The text of each of a request's user prompt parts that has any (see `prompt_text`), stripped:
     what the rules read part by part, so a log reads the same before and after pydantic-ai merges
     consecutive requests into one."""
-    if not isinstance(message, ModelRequest):
-        return []
+    return _prompt_texts(prompt_parts(message))
+
+
+def _prompt_texts(parts: Sequence[Any]) -> list[str]:
     texts: list[str] = []
-    for part in prompt_parts(message):
+    for part in parts:
+        if not isinstance(part, UserPromptPart):
+            continue
         content = part.content
         chunks = [content] if isinstance(content, str) else [c for c in content if isinstance(c, str)]
         if text := '\n'.join(chunks).strip():
@@ -222,6 +226,14 @@ def _in_group(messages: Sequence[ModelMessage], i: int) -> bool:
     return i > 0 and isinstance(messages[i], ModelRequest) and isinstance(messages[i - 1], ModelRequest)
 
 
+def _group_results(messages: Sequence[ModelMessage], i: int, group: Sequence[ModelMessage]) -> list[Any]:
+    """The tool results of a group of requests that answer a call of the response before it: the
+    others are orphans, which `normalize` removes from the view (and so from what it reads)."""
+    previous = messages[i - 1] if i > 0 else None
+    calls = {p.tool_call_id for p in _parts.tool_calls(previous)} if previous is not None else set()
+    return [p for m in group for p in _parts.tool_results(m) if p.tool_call_id in calls]
+
+
 def group_texts(messages: Sequence[ModelMessage], i: int) -> list[str]:
     """The prompt texts the rules remember from `messages[i]` (rule 2): those of the requests from
     it on that pydantic-ai sends as one, read at the first of them (none inside the group), and
@@ -229,9 +241,9 @@ def group_texts(messages: Sequence[ModelMessage], i: int) -> list[str]:
     if _in_group(messages, i):
         return []
     group = request_group(messages, i)
-    if any(_feeds_model(m) for m in group):
+    if any(not closes_run(p) for p in _group_results(messages, i, group)):
         return []
-    return [t for m in group for t in prompt_texts(m)]
+    return [t for m in group for t in _prompt_texts(m.parts)]
 
 
 def starts_at(messages: Sequence[ModelMessage], i: int, earlier: AbstractSet[str]) -> bool:
@@ -246,12 +258,15 @@ def starts_at(messages: Sequence[ModelMessage], i: int, earlier: AbstractSet[str
     if _in_group(messages, i):
         return False
     group = request_group(messages, i)
-    if not any(_parts.has_user_prompt(m) for m in group) or any(_feeds_model(m) for m in group):
+    if not any(_parts.has_user_prompt(m) for m in group):
+        return False
+    results = _group_results(messages, i, group)
+    if any(not closes_run(p) for p in results):
         return False
     if any(is_summary(m) for m in group):
         return True
-    texts = [t for m in group for t in prompt_texts(m)]
-    closing = any(closes_previous(m) for m in group)
+    texts = [t for m in group for t in _prompt_texts(m.parts)]
+    closing = any(closes_run(p) and (_parts.marker(p) or {}).get('kind') != 'synthetic' for p in results)
     return not continues_task(messages[i - 1], texts, earlier, closing=closing)
 
 

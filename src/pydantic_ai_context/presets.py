@@ -123,7 +123,7 @@ def chat(
     summary_ahead: bool = True,
     summary_ahead_lead: NonNegativeFloat = 0.75,
     keep_last_steps: NonNegativeInt = 2,
-    clamp_fresh: bool = True,
+    clamp_fresh: bool = False,
     **common: Any,
 ) -> ContextProfile:
     """Many-turn conversations: finished turns collapse, old outputs are trimmed, and when the
@@ -158,11 +158,10 @@ def chat(
         keep_last_steps: Steps `fit_to_budget` never drops.
         clamp_fresh: Clamp a fresh tool result that alone takes the view over the limit to the
             room left (head and tail, readable back), rather than drop older steps that come
-            back once trim has shortened it (DESIGN invariant 3). On by default: replay of the
-            six shipped runs at 16k, cost/none coding 0.497 -> 0.440, long_horizon 0.452 ->
-            0.447, at 32k coding 0.498 -> 0.491, needed facts no lower anywhere; the held-out
-            runs unchanged (docs/benchmarks.md). Off: the newest result stays whole while
-            dropping older steps makes the view fit.
+            back once trim has shortened it (DESIGN invariant 3). Off by default here (on in
+            `coding`): on a view of the view the clamped result leaves room for a summary the
+            view itself had none for, so the view would not be its own view; and replay gains
+            little (16k: chat 0.557 -> 0.556, long_horizon 0.452 -> 0.447).
     """
     frontier = Frontier(keep_recent=keep_recent, step=step, budget_step=budget_step)
     summarize = _summarize(
@@ -204,7 +203,7 @@ def long_horizon(
     summary_ahead: bool = True,
     summary_ahead_lead: NonNegativeFloat = 0.0,
     keep_last_steps: NonNegativeInt = 2,
-    clamp_fresh: bool = True,
+    clamp_fresh: bool = False,
     **common: Any,
 ) -> ContextProfile:
     """`coding`'s zero-LLM chain, then a summary of the middle when the view is still over the
@@ -245,11 +244,10 @@ def long_horizon(
         keep_last_steps: Steps `fit_to_budget` never drops.
         clamp_fresh: Clamp a fresh tool result that alone takes the view over the limit to the
             room left (head and tail, readable back), rather than drop older steps that come
-            back once trim has shortened it (DESIGN invariant 3). On by default: replay of the
-            six shipped runs at 16k, cost/none coding 0.497 -> 0.440, long_horizon 0.452 ->
-            0.447, at 32k coding 0.498 -> 0.491, needed facts no lower anywhere; the held-out
-            runs unchanged (docs/benchmarks.md). Off: the newest result stays whole while
-            dropping older steps makes the view fit.
+            back once trim has shortened it (DESIGN invariant 3). Off by default here (on in
+            `coding`): on a view of the view the clamped result leaves room for a summary the
+            view itself had none for, so the view would not be its own view; and replay gains
+            little (16k: chat 0.557 -> 0.556, long_horizon 0.452 -> 0.447).
     """
     zero_llm = _zero_llm_chain(
         keep_recent=keep_recent,
@@ -300,8 +298,8 @@ def _zero_llm_chain(
         dedupe_reads(frontier=frontier),
         trim_tool_outputs(frontier=frontier, max_tokens=trim_threshold, max_arg_chars=clip_args),
         mask_observations(frontier=frontier, exclude_tools=exclude_tools),
-        # `clamp_fresh` (on by default): steps dropped for a fresh result would come back at the
-        # next request (replay at 16k: coding 0.497 -> 0.440, `mini_gemini3pro_requests_1142`
+        # `clamp_fresh` (on by default in `coding`): steps dropped for a fresh result would come
+        # back at the next request (replay at 16k: coding 0.497 -> 0.440, `mini_gemini3pro_requests_1142`
         # 1.063 -> 0.682, needed facts no lower).
         fit_to_budget(keep_last_steps=keep_last_steps, clamp_fresh=clamp_fresh),
     )

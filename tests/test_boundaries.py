@@ -193,3 +193,26 @@ def test_runs_are_the_same_before_and_after_requests_are_merged(
         with compiling(scope, log[:n]):
             grown = run_spans(log[:n])
     assert grown == run_spans(log)
+
+
+def test_a_response_merged_into_the_one_before_keeps_that_ones_run() -> None:
+    """Regression (the fit property test, pydantic-ai 2.62 leg): two responses in a row with
+    different run ids are sent as one, with the first's run id; the run that starts with the
+    second begins at the request after them, as in the merged log."""
+    log: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('task 0')], run_id='run-0'),
+        ModelResponse(parts=[TextPart('answer 0')], run_id='run-0'),
+        ModelResponse(parts=[ToolCallPart('read_file', {'path': 'a.py'}, tool_call_id='c1')], run_id='run-1'),
+        ModelRequest(parts=[ToolReturnPart('read_file', 'x = 1', tool_call_id='c1')], run_id='run-1'),
+        ModelResponse(parts=[TextPart('answer 1')], run_id='run-1'),
+        ModelRequest(parts=[UserPromptPart('and?')], run_id='run-1'),
+    ]
+    merged = [
+        log[0],
+        dataclasses.replace(log[1], parts=[*log[1].parts, *log[2].parts]),
+        *log[3:],
+    ]
+    where = [0, 1, 1, 2, 3, 4]
+    assert [(where[s.start], s.run_id) for s in run_spans(log)] == [
+        (s.start, s.run_id) for s in run_spans(merged)
+    ]

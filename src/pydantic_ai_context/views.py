@@ -149,7 +149,7 @@ class _Runs:
         requests, unnamed = self.requests[-1], self.unnamed[-1]
         for i in range(len(self.messages), len(messages)):
             message = messages[i]
-            rid = getattr(message, 'run_id', None)
+            rid = merged_run_id(messages, i)
             if isinstance(message, ModelRequest):
                 requests += 1
                 if not rid:
@@ -167,6 +167,15 @@ class _Runs:
             self.requests.append(requests)
             self.unnamed.append(unnamed)
             self.messages.append(message)
+
+
+def merged_run_id(messages: Sequence[ModelMessage], i: int) -> str | None:
+    """The run id `messages[i]` speaks for: none for a response right after a response, which
+    pydantic-ai and `normalize` merge into the one before (it keeps that one's run id)."""
+    message = messages[i]
+    if i and isinstance(message, ModelResponse) and isinstance(messages[i - 1], ModelResponse):
+        return None
+    return getattr(message, 'run_id', None)
 
 
 def prompt_texts_before(messages: Sequence[ModelMessage]) -> frozenset[str]:

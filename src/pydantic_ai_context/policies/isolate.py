@@ -38,7 +38,13 @@ from pydantic_ai_context._facts import call_summary, digest
 from pydantic_ai_context._markers import OriginalsSink
 from pydantic_ai_context._memo import ObjectMemo
 from pydantic_ai_context.tokens import TokenCounter
-from pydantic_ai_context.views import CompileContext, current_run, prompt_texts_before, run_spans
+from pydantic_ai_context.views import (
+    CompileContext,
+    current_run,
+    merged_run_id,
+    prompt_texts_before,
+    run_spans,
+)
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_resume
 from ._frontier import counter_key, nominal_part_tokens
@@ -419,8 +425,9 @@ def _continues_last_run(log: Sequence[ModelMessage], tail: Sequence[ModelMessage
     if not requests:
         return False
     if not unmarked:
-        for message in tail:
-            rid = getattr(message, 'run_id', None)
+        joined = [log[-1], *tail]
+        for j, message in enumerate(tail):
+            rid = merged_run_id(joined, j + 1)
             if isinstance(message, ModelRequest) and not rid:
                 return False  # run ids would no longer mark every run
             if rid is not None and rid != current:
@@ -460,8 +467,9 @@ class _RunIds:
 
     def extend(self, messages: Sequence[ModelMessage]) -> None:
         requests, unmarked, current = self.requests[-1], self.unmarked[-1], self.current[-1]
-        for message in messages[len(self.messages) :]:
-            rid = getattr(message, 'run_id', None)
+        for i in range(len(self.messages), len(messages)):
+            message = messages[i]
+            rid = merged_run_id(messages, i)
             if isinstance(message, ModelRequest):
                 requests += 1
                 unmarked += not rid

@@ -17,7 +17,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from pydantic_ai_context import run_spans
+from pydantic_ai_context import normalize, run_spans
 from pydantic_ai_context._boundaries import REMINDER_MAX_CHARS, continues_task, prompt_text
 from pydantic_ai_context._scope import MemoScope, compiling
 
@@ -213,6 +213,29 @@ def test_a_response_merged_into_the_one_before_keeps_that_ones_run() -> None:
         *log[3:],
     ]
     where = [0, 1, 1, 2, 3, 4]
+    assert [(where[s.start], s.run_id) for s in run_spans(log)] == [
+        (s.start, s.run_id) for s in run_spans(merged)
+    ]
+
+
+def test_requests_merged_into_one_speak_for_the_run_the_merged_request_has() -> None:
+    """Regression (the fit property test): a request without a run id, merged into the next one,
+    made the raw log split by prompts while the merged log (every request with an id) split by run
+    id; a run's prompt sent right after the request that closed the run before it takes the merged
+    request into its run."""
+    log: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('and also this')]),
+        ModelRequest(parts=[UserPromptPart('task 0')], run_id='run-0'),
+        ModelResponse(parts=[TextPart('answer 0')], run_id='run-0'),
+        ModelRequest(parts=[UserPromptPart('task 1')], run_id='run-1'),
+        ModelResponse(parts=[ToolCallPart('read_file', {'path': 'a.py'}, tool_call_id='c1')], run_id='run-1'),
+        ModelRequest(parts=[ToolReturnPart('read_file', 'x = 1', tool_call_id='c1')], run_id='run-1'),
+        ModelRequest(parts=[UserPromptPart('task 2')], run_id='run-2'),
+        ModelResponse(parts=[TextPart('answer 2')], run_id='run-2'),
+    ]
+    merged = normalize(log)
+    assert len(merged) == 5  # merged, and ending on the request (the last response is left out)
+    where = [0, 0, 1, 2, 3, 4, 4, 5]
     assert [(where[s.start], s.run_id) for s in run_spans(log)] == [
         (s.start, s.run_id) for s in run_spans(merged)
     ]

@@ -253,11 +253,11 @@ def test_run_ended_by_output_tool_or_deferred_call_is_isolated(ending: str, stam
         log[-1] = dataclasses.replace(
             first, parts=[ToolReturnPart('delete', 'deleted a.py', tool_call_id='del'), *first.parts]
         )
+    # Consecutive requests read as the one pydantic-ai merges them into (with the new run's id,
+    # when the second holds its prompt): the run starts at the first of them.
     start = len(log) - 1
-    if not all(m.run_id for m in log if isinstance(m, ModelRequest)):
-        # Without run ids, consecutive requests read as the one pydantic-ai merges them into.
-        while isinstance(log[start - 1], ModelRequest):
-            start -= 1
+    while isinstance(log[start - 1], ModelRequest):
+        start -= 1
     assert [s.start for s in run_spans(log)][-1] == start
     view = isolate(log)
     assert 'y' * 400 not in str(view), 'the finished run keeps its tool trace'

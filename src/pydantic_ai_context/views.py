@@ -27,9 +27,10 @@ from pydantic_ai.messages import (
 )
 
 from ._boundaries import current_prompt as _current_prompt
-from ._boundaries import group_texts, starts_at
+from ._boundaries import group_texts, request_group, starts_at
 from ._compaction import window
 from ._markers import OriginalsSink
+from ._parts import has_user_prompt
 from ._prefix import begins_with, equal_prefix
 from ._scope import resumed_fold
 from .budget import ContextBudget
@@ -150,8 +151,8 @@ class _Runs:
         for i in range(len(self.messages), len(messages)):
             message = messages[i]
             rid = merged_run_id(messages, i)
-            if isinstance(message, ModelRequest):
-                requests += 1
+            if isinstance(message, ModelRequest) and not (i and isinstance(messages[i - 1], ModelRequest)):
+                requests += 1  # the requests sent: consecutive ones go as one
                 if not rid:
                     unnamed += 1
             if starts_at(messages, i, self.earlier.keys()):
@@ -170,12 +171,20 @@ class _Runs:
 
 
 def merged_run_id(messages: Sequence[ModelMessage], i: int) -> str | None:
-    """The run id `messages[i]` speaks for: none for a response right after a response, which
-    pydantic-ai and `normalize` merge into the one before (it keeps that one's run id)."""
+    """The run id `messages[i]` speaks for, as pydantic-ai and `normalize` merge consecutive
+    messages of one kind: none for a message merged into the one before; for the first of
+    consecutive requests, the merged request's (the first's, or a later one's that holds a prompt
+    of another run: the request that closed a run, then the next run's prompt)."""
     message = messages[i]
-    if i and isinstance(message, ModelResponse) and isinstance(messages[i - 1], ModelResponse):
+    if i and type(message) is type(messages[i - 1]):
         return None
-    return getattr(message, 'run_id', None)
+    rid = getattr(message, 'run_id', None)
+    if isinstance(message, ModelRequest):
+        for later in request_group(messages, i)[1:]:
+            later_id = getattr(later, 'run_id', None)
+            if later_id and later_id != rid and has_user_prompt(later):
+                rid = later_id
+    return rid
 
 
 def prompt_texts_before(messages: Sequence[ModelMessage]) -> frozenset[str]:

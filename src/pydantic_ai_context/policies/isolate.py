@@ -424,18 +424,19 @@ def _continues_last_run(log: Sequence[ModelMessage], tail: Sequence[ModelMessage
     requests, unmarked, current = _scope.resumed_fold('isolate.run_ids', log, _RunIds, _RunIds.read)
     if not requests:
         return False
+    if isinstance(log[-1], ModelRequest) and tail and isinstance(tail[0], ModelRequest):
+        return False  # the log's last requests are read with the new ones (`starts_at`): re-read
+    joined = [log[-1], *tail]
     if not unmarked:
-        joined = [log[-1], *tail]
         for j, message in enumerate(tail):
             rid = merged_run_id(joined, j + 1)
+            if isinstance(message, ModelRequest) and isinstance(joined[j], ModelRequest):
+                continue  # sent with the request before
             if isinstance(message, ModelRequest) and not rid:
                 return False  # run ids would no longer mark every run
             if rid is not None and rid != current:
                 return False
         return True
-    if isinstance(log[-1], ModelRequest) and tail and isinstance(tail[0], ModelRequest):
-        return False  # the log's last requests are read with the new ones (`starts_at`): re-read
-    joined = [log[-1], *tail]
     earlier: set[str] | None = None
     for j in range(len(tail)):
         if not any(_parts.has_user_prompt(m) for m in request_group(joined, j + 1)):
@@ -466,11 +467,18 @@ class _RunIds:
         del self.messages[n:], self.requests[n + 1 :], self.unmarked[n + 1 :], self.current[n + 1 :]
 
     def extend(self, messages: Sequence[ModelMessage]) -> None:
+        # The run id of the first of consecutive requests depends on those after it
+        # (`merged_run_id`): the trailing requests read so far are read again.
+        group = len(self.messages)
+        while group and isinstance(self.messages[group - 1], ModelRequest):
+            group -= 1
+        if group < len(self.messages):
+            self.truncate(group)
         requests, unmarked, current = self.requests[-1], self.unmarked[-1], self.current[-1]
         for i in range(len(self.messages), len(messages)):
             message = messages[i]
             rid = merged_run_id(messages, i)
-            if isinstance(message, ModelRequest):
+            if isinstance(message, ModelRequest) and not (i and isinstance(messages[i - 1], ModelRequest)):
                 requests += 1
                 unmarked += not rid
             if rid:

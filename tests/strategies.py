@@ -80,12 +80,13 @@ def attachments(draw: st.DrawFn) -> BinaryContent:
 
 
 @st.composite
-def native_steps(draw: st.DrawFn, call_id: str) -> list[Any]:
+def native_steps(draw: st.DrawFn, call_id: str, *, web_search: bool = True) -> list[Any]:
     """A native (provider-side) call and its result, as a response records them: code execution
-    (editable output, short or long) or a web search (encrypted: must go back whole)."""
+    (editable output, short or long) or, with `web_search`, a web search (encrypted: must go back
+    whole)."""
     if NativeCall is None:
         return []
-    if draw(st.booleans()):
+    if not web_search or draw(st.booleans()):
         n = draw(st.sampled_from([1, 300]))
         stdout = '\n'.join(f'{draw(st.sampled_from(PATHS))}:{i}: value {i}' for i in range(n))
         content: Any = {'type': 'code_execution_result', 'stdout': stdout, 'stderr': '', 'return_code': 0}
@@ -157,6 +158,7 @@ def histories(
     in_progress: bool | None = None,
     long_texts: bool = False,
     note_words: int = 0,
+    web_search: bool = True,
 ) -> list[ModelMessage]:
     """A well-formed log: runs of user prompt, tool steps (parallel calls, retries, thinking), answers.
 
@@ -164,7 +166,8 @@ def histories(
     as a view looks right before a model request inside a run. With `long_texts`, a response's
     text may be a long model note (up to about 700 tokens), as a research agent writes.
     `note_words`: the text beside a step's calls may be a long note of up to that many words
-    (about 1.3 tokens a word).
+    (about 1.3 tokens a word). `web_search`: native steps may be web searches (results that must
+    go back whole).
     """
     stamp = draw(st.booleans())
     n_runs = draw(st.integers(1, max_runs))
@@ -212,7 +215,7 @@ def histories(
                 head.append(TextPart('Let me look. ' + draw(texts)))
             if draw(st.integers(0, 3)) == 0:
                 counter += 1
-                head += draw(native_steps(f'srv{counter}'))
+                head += draw(native_steps(f'srv{counter}', web_search=web_search))
             messages.append(ModelResponse(parts=[*head, *calls], **rid))
             results = []
             for call in calls:

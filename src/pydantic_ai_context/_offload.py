@@ -77,12 +77,15 @@ async def warm_off_loop(
     *,
     also: Callable[[ModelMessage], Any] | None = None,
     threshold: int | None = None,
+    fresh: Sequence[ModelMessage] | None = None,
 ) -> bool:
     """Count the new messages of `messages` in a worker thread when their text is large; `also` is
-    called on each there too (the archive's fingerprint). Whether it ran off the loop."""
+    called on each there too (the archive's fingerprint). `fresh`: `new_messages(counter,
+    messages)`, when the caller has it. Whether it ran off the loop."""
     if not isinstance(counter, _MessageCounter) or not messages:
         return False
-    fresh = new_messages(counter, messages)
+    if fresh is None:
+        fresh = new_messages(counter, messages)
     if not fresh or not _large(fresh, OFFLOAD_CHARS if threshold is None else threshold):
         return False
     await asyncio.to_thread(_measure, counter, fresh, also)

@@ -581,9 +581,9 @@ async def _warm_off_loop(
     named = conversation is not None or profile.archive.conversation is not None
     if profile.readback and not named and conversation_identity(messages, ctx) is None:
         also = profile.archive._fingerprint
-    unread = len(new_messages(counter, messages)) if isinstance(counter, _MessageCounter) else 0
-    await warm_off_loop(counter, messages, also=also)
-    return unread
+    fresh = new_messages(counter, messages) if isinstance(counter, _MessageCounter) else []
+    await warm_off_loop(counter, messages, also=also, fresh=fresh)
+    return len(fresh)
 
 
 def _sink(

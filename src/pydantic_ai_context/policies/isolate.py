@@ -259,31 +259,44 @@ class IsolateBoundaries(SyncPolicy):
         """`_collapse` of `run`, remembered while its messages are the same objects: a new run
         starting collapses the finished ones again, and their records are the same (what they
         gave the read-back archive is given again)."""
-        # Within one generation of the compiling scope no message was edited in place (outside a
-        # compile nothing is remembered), so the same objects are the same run.
-        generation = _scope.active_generation()
-        if generation is None:
+
+        def collapse() -> tuple[_Collapsed | None, list[tuple[str, str, Any, bool]]]:
+            kept = _KeptOriginals(context.originals)
+            return self._collapse(run, context.counter, kept, mode=mode, shorten=shorten), kept.calls
+
+        found = self._per_run(run, ('collapse', mode, shorten, counter_key(context.counter)), collapse)
+        if found is None:  # outside a compile
             return self._collapse(run, context.counter, context.originals, mode=mode, shorten=shorten)
-        tag = ('collapse', mode, shorten, counter_key(context.counter), generation)
-        found = self._memo.get(run[0], tag)
-        if found is not None and len(found[0]) == len(run) and all(map(operator.is_, found[0], run)):
-            _replay(found[2], context.originals)
-            return found[1]  # type: ignore[no-any-return]
-        kept = _KeptOriginals(context.originals)
-        collapsed = self._collapse(run, context.counter, kept, mode=mode, shorten=shorten)
-        self._memo.put(run[0], (tuple(run), collapsed, kept.calls), tag)
-        return collapsed
+        (collapsed, calls), hit = found
+        if hit:
+            _replay(calls, context.originals)
+        return collapsed  # type: ignore[no-any-return]
 
     def _notes_tokens(self, run: Sequence[ModelMessage], context: CompileContext) -> int:
         """The tokens of the assistant's notes in a run's trace (`_run_notes`), remembered as `_collapsed`."""
+
+        def count() -> int:
+            return sum(context.counter.count_text(t) for t in _run_notes(run))
+
+        found = self._per_run(run, ('notes', counter_key(context.counter)), count)
+        return count() if found is None else found[0]  # type: ignore[no-any-return]
+
+    def _per_run(
+        self, run: Sequence[ModelMessage], tag: tuple[Any, ...], compute: Any
+    ) -> tuple[Any, bool] | None:
+        """`compute()` for `run` and whether it was remembered: remembered under `tag` while its
+        messages are the same objects within one generation of the compiling scope (no message
+        was edited in place); `None` outside a compile."""
         generation = _scope.active_generation()
-        tag = ('notes', counter_key(context.counter), generation)
-        found = self._memo.get(run[0], tag) if generation is not None else None
+        if generation is None:
+            return None
+        key = (*tag, generation)
+        found = self._memo.get(run[0], key)
         if found is not None and len(found[0]) == len(run) and all(map(operator.is_, found[0], run)):
-            return found[1]  # type: ignore[no-any-return]
-        tokens = sum(context.counter.count_text(t) for t in _run_notes(run))
-        self._memo.put(run[0], (tuple(run), tokens), tag)
-        return tokens
+            return found[1], True
+        value = compute()
+        self._memo.put(run[0], (tuple(run), value), key)
+        return value, False
 
     def _collapse(
         self,

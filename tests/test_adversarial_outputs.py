@@ -20,6 +20,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai_context import ContextBudgetExceeded, HeuristicCounter, available_profiles, profile
 from pydantic_ai_context.replay import extractive_summary_model
 
+from ._examples import examples
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 
@@ -85,7 +86,7 @@ async def compile_everywhere(log: list[ModelMessage]) -> None:
 
 
 @pytest.mark.timeout(30, method='thread')
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(5), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     old_kind=st.sampled_from(KINDS),
     new_kind=st.sampled_from(KINDS),

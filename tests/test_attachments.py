@@ -31,6 +31,7 @@ from pydantic_ai_context._attachments import (
 )
 from pydantic_ai_context.tokens import MESSAGE_OVERHEAD_TOKENS, PART_OVERHEAD_TOKENS, default_counter
 
+from ._examples import examples
 from .media import gif, jpeg, pdf, png, webp
 
 PROVIDERS = ('anthropic', 'openai', 'google', None)
@@ -60,7 +61,7 @@ def test_an_unreadable_header_gives_no_size(data: bytes) -> None:
     assert image_size(data) is None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=64), st.sampled_from([b'', b'\x89PNG\r\n\x1a\n', b'\xff\xd8', b'GIF89a', b'RIFF']))
 def test_any_bytes_give_a_size_or_none_and_never_raise(tail: bytes, head: bytes) -> None:
     size = image_size(head + tail)

@@ -21,6 +21,7 @@ from pydantic_ai_context import normalize, run_spans
 from pydantic_ai_context._boundaries import REMINDER_MAX_CHARS, continues_task, prompt_text
 from pydantic_ai_context._scope import MemoScope, compiling
 
+from ._examples import examples
 from .builders import History, Tool
 from .strategies import histories
 
@@ -171,7 +172,7 @@ texts_in_groups = st.sampled_from(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), log=histories())
 def test_runs_are_the_same_before_and_after_requests_are_merged(
     data: st.DataObject, log: list[ModelMessage]

@@ -24,11 +24,12 @@ from pydantic_ai_context.policies.dedupe import DedupeReads, dedupe_reads, read_
 from pydantic_ai_context.views import CompileContext
 
 from . import data
+from ._examples import examples
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import any_histories
 
-PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TRAJECTORIES = list(data.TRAJECTORIES)
 SOURCE = long_text(40, prefix='def f')
 EAGER = {'keep_recent': 1, 'step': 1, 'within_step': False}

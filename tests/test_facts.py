@@ -24,6 +24,7 @@ from pydantic_ai_context._facts import (
 )
 
 from . import data
+from ._examples import examples
 from .reference_facts import PATH_RE as REFERENCE_PATH_RE
 from .reference_facts import REPLAY_PATH_RE, reference_exit_code, reference_facts
 
@@ -153,7 +154,7 @@ def test_digest_does_not_repeat_paths_inside_longer_paths() -> None:
     assert line.count('a/b.py') == 1
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.text(max_size=400))
 def test_extract_facts_total_and_deterministic(text: str) -> None:
     facts = extract_facts(text)
@@ -180,7 +181,7 @@ def test_digest_leaves_out_known_facts_and_facts_in_digest_reads_them_back() -> 
     assert 'src/b.py' in short
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(PATHLIKE_TEXT)
 def test_paths_in_finds_what_searching_the_whole_text_found(text: str) -> None:
     # The per-token match finds the old search's matches, in order, and so does replay's finder.

@@ -33,11 +33,12 @@ from pydantic_ai_context.policies.fit import DROPPED_NOTE, FitToBudget, drop_rec
 from pydantic_ai_context.views import CompileContext
 
 from . import data
+from ._examples import examples
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import any_histories
 
-PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TRAJECTORIES = list(data.TRAJECTORIES)
 COUNTER = HeuristicCounter()
 

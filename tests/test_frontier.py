@@ -19,10 +19,11 @@ from pydantic_ai_context.policies._frontier import (
 from pydantic_ai_context.policies.mask import mask_observations
 from pydantic_ai_context.policies.trim import trim_tool_outputs
 
+from ._examples import examples
 from .builders import History, Tool
 from .strategies import any_histories, histories
 
-PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 COUNTER = HeuristicCounter(chars_per_token=4.0)
 
 

@@ -31,11 +31,12 @@ from pydantic_ai_context import (
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, args_dict, args_text, json_text, to_text
 from pydantic_ai_context.integrity import unique_call_ids
 
+from ._examples import examples
 from .builders import History, Tool
 from .invariants import assert_all, assert_framing_kept
 from .strategies import any_histories, broken_histories, histories
 
-PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def test_valid_history_comes_back_equal_and_new() -> None:

@@ -35,12 +35,13 @@ from pydantic_ai_context.policies.isolate import IsolateBoundaries, isolate_boun
 from pydantic_ai_context.views import CompileContext
 
 from . import data
+from ._examples import examples
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import any_histories
 from .test_boundaries import mini_swe_agent_run
 
-PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TRAJECTORIES = list(data.TRAJECTORIES)
 MODES = ('keep', 'mask', 'digest', 'drop')
 

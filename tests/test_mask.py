@@ -32,11 +32,12 @@ from pydantic_ai_context.policies.mask import MaskObservations, mask_observation
 from pydantic_ai_context.policies.trim import trim_tool_outputs
 
 from . import data
+from ._examples import examples
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import any_histories, histories
 
-PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 COUNTER = HeuristicCounter(chars_per_token=4.0)
 TRAJECTORIES = list(data.TRAJECTORIES)
 

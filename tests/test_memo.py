@@ -42,6 +42,7 @@ from pydantic_ai_context.readback.archive import ContextArchive
 from pydantic_ai_context.replay import extractive_summary_model
 from pydantic_ai_context.tokens import default_counter
 
+from ._examples import examples
 from .strategies import broken_histories, histories
 
 PRESETS = available_profiles()
@@ -176,7 +177,7 @@ async def _compile_or_error(compiled: Any, log: list[ModelMessage]) -> Any:
 
 
 @pytest.mark.parametrize('name', PRESETS)
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     log=histories(max_runs=2, max_steps=5, in_progress=True),
     edits=st.lists(st.tuples(st.sampled_from(MUTATIONS), st.integers(0, 1_000)), min_size=1, max_size=12),
@@ -485,7 +486,7 @@ _BUDGET = ContextBudget(context_window=3_000, reserved_output=0)
 _ARCHIVE = ContextArchive()
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     log=st.one_of(histories(max_runs=3, max_steps=8), broken_histories()),
     cuts=st.lists(

@@ -30,6 +30,7 @@ from pydantic_ai.messages import (
 from pydantic_ai_context import HistoryIntegrityError, normalize
 from pydantic_ai_context.openai_format import CONVERTED_AT, from_openai, to_openai
 
+from ._examples import examples
 from .builders import History, Tool
 
 CHAT: list[dict[str, Any]] = [
@@ -358,7 +359,7 @@ def chats(draw: st.DrawFn) -> list[dict[str, Any]]:
     return out
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(chats())
 def test_any_chat_round_trips(chat: list[dict[str, Any]]) -> None:
     history = from_openai(chat)

@@ -40,13 +40,14 @@ from pydantic_ai_context.policies.fit import drop_record
 from pydantic_ai_context.replay import extractive_summary_model
 
 from . import data
+from ._examples import examples
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import PNG, REMINDERS, NativeCall, NativeReturn, any_histories, histories, retry_part
 
 PRESETS = [name for name in available_profiles() if name != 'transparent']
 TRAJECTORIES = list(data.TRAJECTORIES)
-PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def make(name: str, window: int = 128_000, **overrides: object) -> ContextProfile:
@@ -389,7 +390,7 @@ SUMMARISERS = {
 
 @pytest.mark.parametrize('summariser', sorted(SUMMARISERS))
 @pytest.mark.parametrize('name', ['chat', 'long_horizon'])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=histories(max_runs=4, max_steps=10), window=st.sampled_from([3_000, 4_000, 6_000]))
 async def test_views_of_views_are_the_same_view_when_summarising(
     name: str, summariser: str, log: list[ModelMessage], window: int

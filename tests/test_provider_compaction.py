@@ -54,6 +54,7 @@ from pydantic_ai_context.replay import extractive_summary_model
 from pydantic_ai_context.session import ContextSession
 from pydantic_ai_context.tokens import default_counter
 
+from ._examples import examples
 from .invariants import assert_all
 from .realistic import prose
 from .strategies import compaction_histories
@@ -358,7 +359,7 @@ async def test_the_gauge_anchors_on_the_provider_count_of_an_opaque_part() -> No
 # --- invariants on generated histories ------------------------------------------------------------
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=compaction_histories(), name=st.sampled_from(['coding', 'chat', 'long_horizon']))
 async def test_invariants_hold_with_a_provider_part(log: list[ModelMessage], name: str) -> None:
     import copy

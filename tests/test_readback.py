@@ -41,6 +41,7 @@ from pydantic_ai_context.readback import (
 )
 from pydantic_ai_context.replay import extractive_summary_model
 
+from ._examples import examples
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import any_histories
@@ -365,7 +366,7 @@ async def test_destructive_compiles_keep_every_original() -> None:
     assert search_context('UNIQUE-2', history, p.archive).splitlines()[1].startswith('- m2 ')
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=any_histories)
 async def test_invariants_hold_and_every_ref_resolves(log: list[ModelMessage]) -> None:
     p = make('long_horizon', 6_000, reserved_output=500, keep_recent=1, step=2)

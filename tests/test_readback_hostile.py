@@ -24,6 +24,7 @@ from pydantic_ai_context._markers import ref_of
 from pydantic_ai_context.readback import _search, read_context, search_context
 from pydantic_ai_context.replay import extractive_summary_model
 
+from ._examples import examples
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import HOSTILE_IDS, hostile_histories
@@ -134,7 +135,7 @@ def call_ids(view: list[ModelMessage]) -> list[str]:
 
 
 @pytest.mark.timeout(120, method='thread')
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=hostile_histories(), query=st.sampled_from([*FTS5_SYNTAX[:-1], 'masked', 'summary', *HOSTILE_IDS]))
 async def test_hostile_steps_keep_the_invariants_and_every_ref_reads_back(
     log: list[ModelMessage], query: str

@@ -27,6 +27,7 @@ from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR
 from pydantic_ai_context.integration._overflow import context_overflow
 from pydantic_ai_context.overhead import TOOL_OVERHEAD_TOKENS
 
+from ._examples import examples
 from .realistic import (
     INSTRUCTIONS,
     SHORT_INSTRUCTIONS,
@@ -508,7 +509,7 @@ def test_overflow_settings_come_from_the_environment(monkeypatch: pytest.MonkeyP
     tools=st.integers(0, 12),
     instructions=st.integers(0, 400),
 )
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 async def test_the_request_path_never_returns_a_view_over_the_window(
     log: list[ModelMessage], name: str, window: int, tools: int, instructions: int
 ) -> None:

@@ -45,6 +45,7 @@ from pydantic_ai_context.store import (
 )
 
 from . import data
+from ._examples import examples
 from ._store_crash_worker import SESSION as CRASH_SESSION
 from ._store_crash_worker import batch_of, crash_message
 from .builders import History, Tool
@@ -230,7 +231,7 @@ def test_store_error_is_a_context_error() -> None:
     assert isinstance(MemoryStore(), SessionStore)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(
     ops=st.lists(
         st.tuples(

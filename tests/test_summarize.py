@@ -43,6 +43,7 @@ from pydantic_ai_context.policies.summarize import (
 )
 from pydantic_ai_context.policies.summarize.summariser import SUMMARY_SECTIONS
 
+from ._examples import examples
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import any_histories
@@ -525,7 +526,7 @@ def test_in_a_profile_with_a_pydantic_ai_agent() -> None:
     assert max(seen) < len(history)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=any_histories)
 def test_invariants_with_the_summariser_in_the_chain(log: list[ModelMessage]) -> None:
     s = Summariser('short summary')

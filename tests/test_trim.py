@@ -11,11 +11,12 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Tool
 from pydantic_ai_context import CompileContext, ContextBudget, HeuristicCounter, _parts, normalize
 from pydantic_ai_context.policies.trim import TrimToolOutputs, trim_tool_outputs
 
+from ._examples import examples
 from .builders import History, Tool, long_text
 from .invariants import assert_all
 from .strategies import any_histories
 
-PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 COUNTER = HeuristicCounter(chars_per_token=4.0)
 
 

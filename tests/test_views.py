@@ -15,6 +15,7 @@ from pydantic_ai.messages import (
 
 from pydantic_ai_context import conversation_view, current_run, run_spans
 
+from ._examples import examples
 from .builders import History, Tool
 from .strategies import any_histories
 
@@ -81,7 +82,7 @@ def test_conversation_view_run_without_answer() -> None:
     assert not any(isinstance(p, ToolCallPart) for m in clean for p in m.parts)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(any_histories)
 def test_conversation_view_has_no_tool_machinery_and_does_not_mutate(log: list) -> None:
     snapshot = copy.deepcopy(log)

@@ -15,6 +15,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai_context import ContextBudgetExceeded, ContextProfile, profiles
 from pydantic_ai_context import _warm as warm
 
+from ._examples import examples
 from .builders import History, Tool, long_text
 from .strategies import any_histories
 from .test_presets import make
@@ -85,7 +86,7 @@ async def test_a_log_read_in_pieces_compiles_to_the_same_views(
     assert in_pieces == at_once
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=any_histories, name=st.sampled_from(PRESETS))
 def test_any_log_read_in_pieces_compiles_to_the_same_view(log: list[ModelMessage], name: str) -> None:
     snapshot = copy.deepcopy(log)

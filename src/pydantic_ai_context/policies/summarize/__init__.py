@@ -52,6 +52,7 @@ from pydantic_ai_context.policies.summarize._summary_block import (
     earlier_ref,
     find_zones,
     kept_in,
+    kept_tokens,
     summary_request_part,
 )
 from pydantic_ai_context.policies.summarize._summary_call import FALLBACK_TEMPLATE as FALLBACK_TEMPLATE
@@ -204,13 +205,14 @@ class SummarizeWindow(AsyncPolicy):
     """Where summaries are kept by digest; share one cache between profiles to share summaries."""
     ahead: bool = False
     """Summarise ahead, in the background (on in every summarising preset): from `ahead_lead` on,
-    the next shrink's summary is written while the model answers, and no request waits for the
-    summariser. Needs a profile (its background tasks)
+    the next shrink's summary is written while the model answers, and no request under the limit
+    waits for the summariser. Needs a profile (its background tasks)
     and a budget; see `pydantic_ai_context.policies.summarize._summary_ahead`."""
     ahead_waits: bool = False
     """With `ahead`: when the view is over the limit and no summary has landed yet, wait for the one in
-    flight (or make one, as without `ahead`). `False` (the presets, whose `fit_to_budget` follows):
-    never wait; the oldest steps are dropped from the views sent until the summary lands."""
+    flight (or make one, as without `ahead`), rather than lose the oldest steps to `fit_to_budget`
+    (the presets' default, `summary_ahead_waits=True`). `False`: never wait; the oldest steps are
+    dropped from the views sent until the summary lands."""
     ahead_lead: float = 0.0
     """How early a summary ahead starts. 0: when the view crosses the trigger (the summariser is never
     called where the synchronous path would not call it; the band between the trigger and the limit
@@ -399,6 +401,21 @@ class SummarizeWindow(AsyncPolicy):
         room = context.budget.limit - context.counter.count_messages(zones.head)
         return max(int(room * self.summary_share), _MIN_SUMMARY_TOKENS)
 
+    def kept(
+        self, messages: Sequence[ModelMessage], zones: Zones, context: CompileContext
+    ) -> Callable[[int], int]:
+        """The tokens a summary of `messages[zones.start:end]` keeps verbatim beside it, by `end`
+        (see `_summary_block.kept_tokens`): a plan counts them with the tail."""
+        reading = self._ledger.read(messages, context.counter)
+        return kept_tokens(
+            messages,
+            zones.start,
+            reading.unresolved_failures(),
+            reading.may_keep(zones.start, len(messages)),
+            current_prompt(messages, run_id=context.run_id),
+            context.counter,
+        )
+
     def key_template(self, previous: str | None, model: Any, size: int | None) -> tuple[str, str]:
         """The cache key's payload around the span's digest (see `_summary_reading.key_template`)."""
         return key_template(
@@ -505,6 +522,7 @@ def _plan_shrink(
         high,
         policy.low_water,
         grid,
+        kept=policy.kept(messages, zones, context),
     )
 
 

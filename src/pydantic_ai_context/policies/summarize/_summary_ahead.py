@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -126,6 +126,9 @@ class AheadPolicy(SpanSummaries, Protocol):
     @property
     def keep_current_run(self) -> bool: ...
     def plans_by_budget(self, context: CompileContext) -> bool: ...
+    def kept(
+        self, messages: Sequence[ModelMessage], zones: Zones, context: CompileContext
+    ) -> Callable[[int], int]: ...
     def trigger_tokens(self, context: CompileContext) -> int | None: ...
     def key_template(self, previous: str | None, model: Any, size: int | None) -> tuple[str, str]: ...
     def candidates(
@@ -233,6 +236,7 @@ def _chain(
         _fixed(policy, zones, context)
         + policy.ledger.text_tokens(counter, previous)
         + policy.ledger.count(messages, start, len(messages), context.counter)
+        + policy.kept(messages, zones, context)(start)
     )
     return _Chain(start, previous, projected)
 
@@ -303,12 +307,17 @@ def start_if_due(
     if end is None:
         return
     n = len(messages)
-    fitted = asked_within(asked, fixed, policy.ledger.count(messages, end, n, counter), limit, high)
+    kept = policy.kept(messages, zones, context)
+    fitted = asked_within(
+        asked, fixed, policy.ledger.count(messages, end, n, counter) + kept(end), limit, high
+    )
     if fitted is None:  # as the trigger plans it: an end off the step grid, for a shorter tail
         end = _span_end(policy, messages, zones, context, chain.start, target - fixed - planned, fine=True)
         if end is None:
             return
-        fitted = asked_within(asked, fixed, policy.ledger.count(messages, end, n, counter), limit, high)
+        fitted = asked_within(
+            asked, fixed, policy.ledger.count(messages, end, n, counter) + kept(end), limit, high
+        )
     if fitted is None:
         return  # no room beside the task framing and the newest step: the trigger makes none either
     base_digest = digest_text(chain.previous) if chain.previous else None
@@ -352,6 +361,7 @@ def _span_end(
     kept out of summaries is entered (as the trigger will once the view is over the limit) only
     when the steps before it cannot make room. `fine`: the ends off the step grid count too."""
     n = len(messages)
+    kept = policy.kept(messages, zones, context)
     ends: list[int] = []
     for enter_run in (False, True):
         ends = [
@@ -369,7 +379,7 @@ def _span_end(
             suffix += policy.ledger.count(
                 messages, ends[at], ends[at + 1] if at + 1 < len(ends) else n, context.counter
             )
-            if suffix > tail_room:
+            if suffix + kept(ends[at]) > tail_room:
                 break
             fitting = ends[at]
         if fitting is not None:
@@ -392,9 +402,10 @@ async def instead_of_waiting(
     is over the trigger, so the synchronous path would have shrunk it; see `Interim`);
     `(end, text)`: reuse the furthest cached summary (a smaller shrink); `KEEP`: send the view as
     it is; `None`: take the synchronous path. A summary is always on its way when this returns.
-    A view over the limit does not wait either (the next steps, `fit_to_budget`, drop its oldest
-    steps until the summary lands) unless `policy.ahead_waits`: then it waits for the summary in
-    flight, and makes one synchronously if none is.
+    A view over the limit (the cached summaries applied) with `policy.ahead_waits` (the presets'
+    default) makes a summary synchronously when none is in flight, and waits for the one in
+    flight when even the interim marker leaves it over the limit; without `ahead_waits` it never
+    waits, and the next step, `fit_to_budget`, drops its oldest steps until the summary lands.
     """
     registry = context.background
     budget = context.budget
@@ -413,15 +424,19 @@ async def instead_of_waiting(
         await cancel([pending.task])  # the log changed under it: plan the span again
         pending = None
     over = chain.projected > budget.limit
-    if over and policy.ahead_waits:
-        if pending is None or pending.task is None:
-            return None
-        started = time.perf_counter()
-        await asyncio.wait({pending.task})
-        registry.waited(time.perf_counter() - started)
-        chain = _chain(policy, messages, zones, model, context)
-        if chain.projected > budget.limit:
-            return None
+    if (
+        over
+        and policy.ahead_waits
+        and (pending is None or pending.task is None or pending.task.done())
+        and not _fits(
+            policy,
+            messages,
+            zones,
+            _reserved(policy, messages, zones, chain.start, chain.previous, model, context),
+            context,
+        )
+    ):
+        return None  # nothing on its way to wait for, and no interim marker that fits: summarise now
     start_if_due(policy, messages, zones, model, context)
     interim = _interim(policy, messages, zones, chain, conversation, model, context)
     if interim is None and _elsewhere(policy, registry.in_flight(conversation), messages, zones, chain):
@@ -434,6 +449,20 @@ async def instead_of_waiting(
             await cancel([pending.task])
         start_if_due(policy, messages, zones, model, context)
         interim = _interim(policy, messages, zones, chain, conversation, model, context)
+    if over and policy.ahead_waits and not _fits(policy, messages, zones, interim, context):
+        # Over the limit even with the interim marker: `fit_to_budget` would drop the oldest
+        # steps, which the summary on its way is about to keep. Wait for it (or make one).
+        pending = registry.in_flight(conversation)
+        if pending is None or pending.task is None or pending.task.done():
+            return None
+        started = time.perf_counter()
+        await asyncio.wait({pending.task})
+        registry.waited(time.perf_counter() - started)
+        chain = _chain(policy, messages, zones, model, context)
+        if chain.projected > budget.limit:
+            return None
+        start_if_due(policy, messages, zones, model, context)
+        interim = _interim(policy, messages, zones, chain, conversation, model, context)
     if interim is not None:
         return interim
     if over and not policy.ahead_waits:
@@ -441,6 +470,27 @@ async def instead_of_waiting(
     if chain.start > zones.start and chain.previous is not None:
         return chain.start, chain.previous
     return KEEP
+
+
+def _fits(
+    policy: AheadPolicy,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    interim: Interim | None,
+    context: CompileContext,
+) -> bool:
+    """The view with the interim marker in place is within the limit (`False` with no marker)."""
+    budget = context.budget
+    if interim is None or budget is None:
+        return False
+    counter = context.counter
+    projected = (
+        _fixed(policy, zones, context)
+        + policy.ledger.text_tokens(counter, interim.text)
+        + policy.ledger.count(messages, interim.end, len(messages), counter)
+        + policy.kept(messages, zones, context)(interim.end)
+    )
+    return projected <= budget.limit
 
 
 def _on_its_way(policy: AheadPolicy, pending: Any) -> bool:

@@ -10,6 +10,7 @@ finds the block again (`find_zones`) and extends it rather than summarising a su
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ from pydantic_ai_context._compaction import holds_provider_part
 from pydantic_ai_context._prefix import first_difference
 from pydantic_ai_context._scope import active_generation
 from pydantic_ai_context.integrity import safe_cut_points
+from pydantic_ai_context.tokens import TokenCounter, message_tokens
 from pydantic_ai_context.views import RunSpan, run_spans
 
 MARKER_KIND: Final = 'summary'
@@ -257,6 +259,41 @@ def kept_in(
                 if kept.loose_response_at is None:
                     kept.loose_response_at = i
     return kept
+
+
+def kept_tokens(
+    messages: Sequence[ModelMessage],
+    start: int,
+    unresolved: set[str],
+    candidates: Sequence[int],
+    prompt_at: int | None,
+    counter: TokenCounter,
+) -> Callable[[int], int]:
+    """The tokens `kept_in(messages, start, end, ...)` keeps, as a function of `end`: what stays
+    verbatim beside a summary (the task's prompt, pinned parts, unresolved failures, parts that
+    must go back whole, such as a provider's web search) is part of the view a plan sizes.
+
+    `candidates`: the indices from `start` on that may keep something (`Reading.may_keep`)."""
+    indices = sorted({*candidates, prompt_at} if prompt_at is not None and prompt_at >= start else candidates)
+    positions: list[int] = []
+    totals: list[int] = [0]
+    empty = message_tokens(counter, ModelRequest(parts=[]))
+    for i in indices:
+        kept = kept_in(messages, i, i + 1, unresolved, candidates=[i], prompt_at=prompt_at)
+        requests = [*kept.request_parts, *kept.result_parts]
+        tokens = (message_tokens(counter, ModelRequest(parts=requests)) - empty if requests else 0) + (
+            message_tokens(counter, ModelResponse(parts=kept.response_parts)) - empty
+            if kept.response_parts
+            else 0
+        )
+        if tokens > 0:
+            positions.append(i)
+            totals.append(totals[-1] + tokens)
+
+    def before(end: int) -> int:
+        return totals[bisect.bisect_left(positions, end)]
+
+    return before
 
 
 def may_keep(message: ModelMessage) -> bool:

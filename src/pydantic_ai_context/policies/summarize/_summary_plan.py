@@ -264,6 +264,8 @@ def shrink_end(
     high: int,
     low_water: float,
     grid: int | None = None,
+    *,
+    kept: Callable[[int], int] = lambda end: 0,
 ) -> Shrink | str:
     """The end of the span to summarise under a budget, the cached summary to reuse for it (if
     any), and the size to ask the summariser for; else why no summary is planned.
@@ -274,20 +276,25 @@ def shrink_end(
     reused while the view it gives stays within the trigger; past that, a new span end is chosen
     so that the view shrinks to the low-water mark, else as far as the newest step (a shorter
     tail), with the summariser asked for no more than the room left beside the task framing and
-    that tail. `NO_ROOM` when even then there is no room for a summary.
+    that tail. `NO_ROOM` when even then there is no room for a summary. `kept(end)`: the tokens the
+    summary's block keeps verbatim of the span ending at `end` (they stay in the view).
     """
     budget = context.budget
     assert budget is not None
     counter = context.counter
     limit = budget.limit
     start, previous = chain
-    suffix = ledger.suffix_tokens(messages, candidates[0], counter)
+    tails = ledger.suffix_tokens(messages, candidates[0], counter)
+
+    def suffix_at(end: int) -> int:  # what stays beside the summary: the tail and what it keeps
+        return tails[end] + kept(end)
+
     # The head, the summary's framing and acknowledgement, whatever the summary does not replace.
     fixed = counter.count_messages(zones.head) + ledger.text_tokens(counter, SUMMARY_PREFIX + ACK_TEXT) + 8
     if (
         previous is not None
         and start > zones.start
-        and fixed + ledger.text_tokens(counter, previous) + suffix[start] <= high
+        and fixed + ledger.text_tokens(counter, previous) + suffix_at(start) <= high
     ):
         return Shrink(start, (start, previous), asked)
     # A summary at full size leaves the recent steps at least MIN_TAIL_SHARE of the limit under the
@@ -307,13 +314,13 @@ def shrink_end(
         # The first end whose tail fits beside the summary under the low-water mark: the tail only
         # shrinks as the end moves on (the candidates are in order), so it is found by bisection.
         # Else the furthest end: the shortest tail beside the summary.
-        at = bisect.bisect_left(reachable, -room, key=lambda end: -suffix[end])
+        at = bisect.bisect_left(reachable, -room, key=lambda end: -suffix_at(end))
         end = reachable[at] if at < len(reachable) else reachable[-1]
-        fitted = asked_within(asked, fixed, suffix[end], limit, high)
+        fitted = asked_within(asked, fixed, suffix_at(end), limit, high)
         if fitted is not None:
             return Shrink(end, None, fitted)
     last = candidates[-1]
-    if last <= start and fixed + ledger.text_tokens(counter, previous or '') + suffix[last] <= limit:
+    if last <= start and fixed + ledger.text_tokens(counter, previous or '') + suffix_at(last) <= limit:
         return Shrink(last, None, asked)  # no end past the cached chain: its summary, which fits
     return NO_ROOM  # the task framing and the newest step leave no room: fit_to_budget drops
 

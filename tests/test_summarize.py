@@ -162,6 +162,25 @@ def test_the_same_summary_block_is_the_same_objects_at_the_next_compile() -> Non
     assert all(a is b for a, b in zip(first, second, strict=True))
 
 
+def test_a_head_request_edited_in_place_is_merged_again_not_given_from_the_last_block() -> None:
+    """pydantic-ai re-renders a dynamic system prompt in place: the head's request stays the same
+    object while its part is a new one (same text, new timestamp). The block merged into it was
+    given again from the previous compile, with the old part (found by the in-place edits property
+    test on the 2.62 leg)."""
+    s = Summariser()
+    p = policy(s)
+    log = coding_log().messages
+    first = run(p, log)
+    assert (marker(first[0]) or {}).get('merged') is True
+    head = log[0]
+    old = head.parts[0]
+    assert isinstance(old, SystemPromptPart)
+    head.parts[0] = SystemPromptPart(old.content)  # the same request object, a new part
+    second = run(p, log)
+    assert second[0].parts[0] is head.parts[0]
+    assert second == run(policy(s), log)  # what a fresh policy (same cached summary) builds
+
+
 def test_summary_after_a_finished_first_run_is_its_own_request_with_an_acknowledgement() -> None:
     s = Summariser()
     log = History().user('first task').step(Tool('ls', {}, 'a.py')).answer('done with the first task')

@@ -392,7 +392,14 @@ def assemble_block(
     # A copy of the record: the one below gains `merged` and `part`, and the next compile's would
     # never equal it (the block was rebuilt every compile, and every fold re-read the view after it).
     key = (request_parts, response_parts, result_parts, dict(record), ids, stamp, ending)
-    if reuse is not None and reuse.block and reuse.last is last and reuse.key == key:
+    state = _head_state(last)
+    if (
+        reuse is not None
+        and reuse.block
+        and reuse.last is last
+        and reuse.key == key
+        and _same_state(reuse.last_state, state)
+    ):
         # The same block after the same head as the previous compile: the same objects, so what is
         # remembered of the view's prefix (totals, validity) stays valid.
         return (
@@ -436,8 +443,30 @@ def assemble_block(
             )
         )
     if reuse is not None:
-        reuse.last, reuse.key, reuse.block = last, key, block
+        reuse.last, reuse.key, reuse.block, reuse.last_state = last, key, block, state
     return [*head, *block, *tail]
+
+
+def _head_state(last: ModelMessage | None) -> tuple[Any, ...] | None:
+    """What a block merged into `last` copies of it: pydantic-ai edits a request in place (a system
+    prompt re-rendered with the same text and a new timestamp is a new part in the same message),
+    so the same message object is not enough to give the same block again."""
+    if last is None:
+        return None
+    return (tuple(last.parts), {f.name: getattr(last, f.name) for f in dataclasses.fields(last)})
+
+
+def _same_state(a: tuple[Any, ...] | None, b: tuple[Any, ...] | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    parts_a, fields_a = a
+    parts_b, fields_b = b
+    return (
+        len(parts_a) == len(parts_b)
+        and all(x is y for x, y in zip(parts_a, parts_b, strict=True))
+        and fields_a.keys() == fields_b.keys()
+        and all(fields_a[k] is fields_b[k] or (k != 'parts' and fields_a[k] == fields_b[k]) for k in fields_a)
+    )
 
 
 @dataclass(eq=False)
@@ -446,6 +475,8 @@ class BlockMemo:
     when it would build the same block again."""
 
     last: ModelMessage | None = None
+    last_state: tuple[Any, ...] | None = None
+    """`last`'s parts and fields when the block was built (`_head_state`)."""
     key: tuple[Any, ...] | None = None
     block: list[ModelMessage] = field(default_factory=list[ModelMessage])
     read: tuple[int | None, list[ModelMessage], list[ModelMessage], datetime, dict[str, Any]] | None = None

@@ -208,10 +208,7 @@ async def replay_with_latency(
         **settings,
     )
     timed = TimedCompiler(made, clock, gap)
-    mode = 'ahead' if ahead else 'sync'
-    if ahead and settings.get('summary_ahead_waits') is False:
-        mode = 'ahead, never waits'
-    label = f'{name} ({mode})'
+    label = f'{name} ({"ahead" if ahead else "sync"})'
     result = await replay(log, timed, context_window=window, counter=counter, facts=facts, label=label)
     before_close = len(seen)
     await made.close_background()
@@ -290,9 +287,7 @@ async def latency_report(
             for window in windows:
                 per_file: list[dict[str, Any]] = []
                 for name in profiles:
-                    # Synchronous; ahead (a view over the limit waits for the summary on its way);
-                    # ahead and never waiting (it drops the oldest steps until the summary lands).
-                    for ahead, waits in ((False, True), (True, True), (True, False)):
+                    for ahead in (False, True):
                         found = await replay_with_latency(
                             log,
                             name,
@@ -302,7 +297,6 @@ async def latency_report(
                             gap=gap,
                             ahead=ahead,
                             facts=facts,
-                            **({} if waits else {'summary_ahead_waits': False}),
                         )
                         per_file.append({**found.row(), 'file': key, 'window': window})
                 title = f'{key}  (window {window:,}, summariser {latency:g} s, {gap:g} s between requests)'

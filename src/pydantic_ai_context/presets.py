@@ -122,7 +122,6 @@ def chat(
     summary_cache: SummaryCache | None = None,
     summary_ahead: bool = True,
     summary_ahead_lead: NonNegativeFloat = 0.75,
-    summary_ahead_waits: bool = True,
     keep_last_steps: NonNegativeInt = 2,
     clamp_fresh: bool = False,
     **common: Any,
@@ -149,18 +148,13 @@ def chat(
             the trigger).
         summary_timeout: Seconds the summariser may take before the static marker is used.
         summary_cache: Where summaries are cached (share one to share summaries).
-        summary_ahead: Write the next shrink's summary in the background, so that requests do not
-            wait for the summariser (replay at 16k, summariser 1.5 s: see docs/sessions.md).
+        summary_ahead: Write the next shrink's summary in the background, so that no request
+            waits for the summariser (replay at 16k, summariser 1.5 s: see docs/sessions.md).
         summary_ahead_lead: How early summarising ahead starts, in multiples of the room a shrink
             leaves for recent steps, below the limit (0: at the trigger). 0.75 here: the run in
             progress is kept out of summaries, so they come late (replay at 16k, summariser
             1.5 s: cost +1.6% against the synchronous summary, 10% of summariser tokens wasted;
             +1.2% at 0; before the interim view, 18% wasted at 1.0).
-        summary_ahead_waits: With `summary_ahead`: a view over the limit with the cached summaries
-            applied waits for the summary on its way (or makes one, as without `summary_ahead`)
-            rather than send an interim marker or lose its oldest steps to `fit_to_budget`. Only
-            a request over the limit waits, typically one a large step took past it at once.
-            `False`: never wait; the oldest steps are dropped until the summary lands.
         keep_last_steps: Steps `fit_to_budget` never drops.
         clamp_fresh: Clamp a fresh tool result that alone takes the view over the limit to the
             room left (head and tail, readable back), rather than drop older steps that come
@@ -180,7 +174,6 @@ def chat(
         cache=summary_cache,
         ahead=summary_ahead,
         ahead_lead=summary_ahead_lead,
-        ahead_waits=summary_ahead_waits,
     )
     steps = (
         isolate_boundaries(mode=isolate_mode),
@@ -209,7 +202,6 @@ def long_horizon(
     summary_cache: SummaryCache | None = None,
     summary_ahead: bool = True,
     summary_ahead_lead: NonNegativeFloat = 0.0,
-    summary_ahead_waits: bool = True,
     keep_last_steps: NonNegativeInt = 2,
     clamp_fresh: bool = False,
     **common: Any,
@@ -243,15 +235,12 @@ def long_horizon(
             the trigger).
         summary_timeout: Seconds the summariser may take before the static marker is used.
         summary_cache: Where summaries are cached (share one to share summaries).
-        summary_ahead: Write the next shrink's summary in the background, so that requests do not
-            wait for the summariser (replay at 16k, summariser 1.5 s: see docs/sessions.md).
+        summary_ahead: Write the next shrink's summary in the background, so that no request
+            waits for the summariser (replay at 16k, summariser 1.5 s: see docs/sessions.md).
         summary_ahead_lead: How early summarising ahead starts, in multiples of the room a shrink
             leaves for recent steps, below the limit. 0: at the trigger, so no summary is made
             where the synchronous path would make none (replay at 16k: 8 calls as synchronously,
             against 13 at 1.0).
-        summary_ahead_waits: With `summary_ahead`: a view over the limit with the cached summaries
-            applied waits for the summary on its way (or makes one) rather than lose its oldest
-            steps to `fit_to_budget`. `False`: never wait.
         keep_last_steps: Steps `fit_to_budget` never drops.
         clamp_fresh: Clamp a fresh tool result that alone takes the view over the limit to the
             room left (head and tail, readable back), rather than drop older steps that come
@@ -282,7 +271,6 @@ def long_horizon(
         cache=summary_cache,
         ahead=summary_ahead,
         ahead_lead=summary_ahead_lead,
-        ahead_waits=summary_ahead_waits,
     )
     # The summariser sits between mask and fit: it only fires when the masked view is still
     # over the soft threshold, and fit stays the last resort.

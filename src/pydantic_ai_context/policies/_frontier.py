@@ -136,6 +136,8 @@ class _Failures:
         self.messages: list[ModelMessage] = []
         self.pending: dict[str, tuple[str, ...]] = {}
         self.undo: list[list[tuple[str, tuple[str, ...] | None]]] = []
+        self.where: dict[str, int] = {}
+        """The message each failed call's result is in."""
 
     def truncate(self, n: int) -> None:
         for j in range(len(self.messages) - 1, n - 1, -1):
@@ -144,6 +146,9 @@ class _Failures:
                     self.pending.pop(name, None)
                 else:
                     self.pending[name] = before
+            for part in _parts.tool_results(self.messages[j]):
+                if self.where.get(part.tool_call_id) == j:
+                    del self.where[part.tool_call_id]
         del self.messages[n:], self.undo[n:]
 
     def extend(self, messages: Sequence[ModelMessage]) -> None:
@@ -164,11 +169,17 @@ class _Failures:
                         name = getattr(part, 'tool_name', None) or ''
                         changes.append((name, pending.get(name)))
                         pending[name] = (*pending.get(name, ()), part.tool_call_id)
+                        self.where[part.tool_call_id] = j
             self.messages.append(message)
             self.undo.append(changes)
 
     def unresolved(self) -> set[str]:
         return {cid for ids in self.pending.values() for cid in ids}
+
+    def positions(self) -> list[int]:
+        """The messages that hold an unresolved failure, in order."""
+        where = self.where
+        return sorted({where[cid] for ids in self.pending.values() for cid in ids if cid in where})
 
 
 def nominal_message_tokens(message: ModelMessage, counter: TokenCounter) -> int:

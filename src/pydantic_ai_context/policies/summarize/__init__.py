@@ -47,12 +47,12 @@ from pydantic_ai_context.policies.summarize._summary_block import (
     MARKER_KIND,
     BlockMemo,
     Kept,
+    KeptTokens,
     Zones,
     assemble_block,
     earlier_ref,
     find_zones,
     kept_in,
-    kept_tokens,
     summary_request_part,
 )
 from pydantic_ai_context.policies.summarize._summary_call import FALLBACK_TEMPLATE as FALLBACK_TEMPLATE
@@ -205,14 +205,13 @@ class SummarizeWindow(AsyncPolicy):
     """Where summaries are kept by digest; share one cache between profiles to share summaries."""
     ahead: bool = False
     """Summarise ahead, in the background (on in every summarising preset): from `ahead_lead` on,
-    the next shrink's summary is written while the model answers, and no request under the limit
-    waits for the summariser. Needs a profile (its background tasks)
+    the next shrink's summary is written while the model answers, and no request waits for the
+    summariser. Needs a profile (its background tasks)
     and a budget; see `pydantic_ai_context.policies.summarize._summary_ahead`."""
     ahead_waits: bool = False
     """With `ahead`: when the view is over the limit and no summary has landed yet, wait for the one in
-    flight (or make one, as without `ahead`), rather than lose the oldest steps to `fit_to_budget`
-    (the presets' default, `summary_ahead_waits=True`). `False`: never wait; the oldest steps are
-    dropped from the views sent until the summary lands."""
+    flight (or make one, as without `ahead`). `False` (the presets, whose `fit_to_budget` follows):
+    never wait; the oldest steps are dropped from the views sent until the summary lands."""
     ahead_lead: float = 0.0
     """How early a summary ahead starts. 0: when the view crosses the trigger (the summariser is never
     called where the synchronous path would not call it; the band between the trigger and the limit
@@ -225,6 +224,7 @@ class SummarizeWindow(AsyncPolicy):
     _ledger: SummaryLedger = field(default_factory=SummaryLedger, init=False, repr=False, compare=False)
     _calls: SummaryCalls = field(default_factory=SummaryCalls, init=False, repr=False, compare=False)
     _block: BlockMemo = field(default_factory=BlockMemo, init=False, repr=False, compare=False)
+    _kept: KeptTokens = field(default_factory=KeptTokens, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.step_messages < 1:
@@ -405,15 +405,17 @@ class SummarizeWindow(AsyncPolicy):
         self, messages: Sequence[ModelMessage], zones: Zones, context: CompileContext
     ) -> Callable[[int], int]:
         """The tokens a summary of `messages[zones.start:end]` keeps verbatim beside it, by `end`
-        (see `_summary_block.kept_tokens`): a plan counts them with the tail."""
-        reading = self._ledger.read(messages, context.counter)
-        return kept_tokens(
+        (see `_summary_block.KeptTokens`): a plan counts them with the tail."""
+        # This compile's reading (reading the list again would start a new one, and what was
+        # worked out on this one, such as span hashes, would be worked out again).
+        reading = self._ledger.reading_of(messages) or self._ledger.read(messages, context.counter)
+        return self._kept.of(
             messages,
             zones.start,
-            reading.unresolved_failures(),
-            reading.may_keep(zones.start, len(messages)),
-            current_prompt(messages, run_id=context.run_id),
+            reading,
+            lambda: current_prompt(messages, run_id=context.run_id),
             context.counter,
+            run_id=context.run_id,
         )
 
     def key_template(self, previous: str | None, model: Any, size: int | None) -> tuple[str, str]:

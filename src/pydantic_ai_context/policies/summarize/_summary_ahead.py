@@ -402,10 +402,9 @@ async def instead_of_waiting(
     is over the trigger, so the synchronous path would have shrunk it; see `Interim`);
     `(end, text)`: reuse the furthest cached summary (a smaller shrink); `KEEP`: send the view as
     it is; `None`: take the synchronous path. A summary is always on its way when this returns.
-    A view over the limit (the cached summaries applied) with `policy.ahead_waits` (the presets'
-    default) makes a summary synchronously when none is in flight, and waits for the one in
-    flight when even the interim marker leaves it over the limit; without `ahead_waits` it never
-    waits, and the next step, `fit_to_budget`, drops its oldest steps until the summary lands.
+    A view over the limit does not wait either (the next steps, `fit_to_budget`, drop its oldest
+    steps until the summary lands) unless `policy.ahead_waits`: then it waits for the summary in
+    flight, and makes one synchronously if none is.
     """
     registry = context.background
     budget = context.budget
@@ -424,19 +423,15 @@ async def instead_of_waiting(
         await cancel([pending.task])  # the log changed under it: plan the span again
         pending = None
     over = chain.projected > budget.limit
-    if (
-        over
-        and policy.ahead_waits
-        and (pending is None or pending.task is None or pending.task.done())
-        and not _fits(
-            policy,
-            messages,
-            zones,
-            _reserved(policy, messages, zones, chain.start, chain.previous, model, context),
-            context,
-        )
-    ):
-        return None  # nothing on its way to wait for, and no interim marker that fits: summarise now
+    if over and policy.ahead_waits:
+        if pending is None or pending.task is None:
+            return None
+        started = time.perf_counter()
+        await asyncio.wait({pending.task})
+        registry.waited(time.perf_counter() - started)
+        chain = _chain(policy, messages, zones, model, context)
+        if chain.projected > budget.limit:
+            return None
     start_if_due(policy, messages, zones, model, context)
     interim = _interim(policy, messages, zones, chain, conversation, model, context)
     if interim is None and _elsewhere(policy, registry.in_flight(conversation), messages, zones, chain):
@@ -449,20 +444,6 @@ async def instead_of_waiting(
             await cancel([pending.task])
         start_if_due(policy, messages, zones, model, context)
         interim = _interim(policy, messages, zones, chain, conversation, model, context)
-    if over and policy.ahead_waits and not _fits(policy, messages, zones, interim, context):
-        # Over the limit even with the interim marker: `fit_to_budget` would drop the oldest
-        # steps, which the summary on its way is about to keep. Wait for it (or make one).
-        pending = registry.in_flight(conversation)
-        if pending is None or pending.task is None or pending.task.done():
-            return None
-        started = time.perf_counter()
-        await asyncio.wait({pending.task})
-        registry.waited(time.perf_counter() - started)
-        chain = _chain(policy, messages, zones, model, context)
-        if chain.projected > budget.limit:
-            return None
-        start_if_due(policy, messages, zones, model, context)
-        interim = _interim(policy, messages, zones, chain, conversation, model, context)
     if interim is not None:
         return interim
     if over and not policy.ahead_waits:
@@ -470,27 +451,6 @@ async def instead_of_waiting(
     if chain.start > zones.start and chain.previous is not None:
         return chain.start, chain.previous
     return KEEP
-
-
-def _fits(
-    policy: AheadPolicy,
-    messages: Sequence[ModelMessage],
-    zones: Zones,
-    interim: Interim | None,
-    context: CompileContext,
-) -> bool:
-    """The view with the interim marker in place is within the limit (`False` with no marker)."""
-    budget = context.budget
-    if interim is None or budget is None:
-        return False
-    counter = context.counter
-    projected = (
-        _fixed(policy, zones, context)
-        + policy.ledger.text_tokens(counter, interim.text)
-        + policy.ledger.count(messages, interim.end, len(messages), counter)
-        + policy.kept(messages, zones, context)(interim.end)
-    )
-    return projected <= budget.limit
 
 
 def _on_its_way(policy: AheadPolicy, pending: Any) -> bool:

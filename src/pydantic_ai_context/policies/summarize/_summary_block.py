@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, Protocol
@@ -261,39 +261,104 @@ def kept_in(
     return kept
 
 
-def kept_tokens(
-    messages: Sequence[ModelMessage],
-    start: int,
-    unresolved: set[str],
-    candidates: Sequence[int],
-    prompt_at: int | None,
-    counter: TokenCounter,
-) -> Callable[[int], int]:
+@dataclass
+class KeptTokens:
     """The tokens `kept_in(messages, start, end, ...)` keeps, as a function of `end`: what stays
     verbatim beside a summary (the task's prompt, pinned parts, unresolved failures, parts that
     must go back whole, such as a provider's web search) is part of the view a plan sizes.
 
-    `candidates`: the indices from `start` on that may keep something (`Reading.may_keep`)."""
-    indices = sorted({*candidates, prompt_at} if prompt_at is not None and prompt_at >= start else candidates)
-    positions: list[int] = []
-    totals: list[int] = [0]
-    empty = message_tokens(counter, ModelRequest(parts=[]))
-    for i in indices:
-        kept = kept_in(messages, i, i + 1, unresolved, candidates=[i], prompt_at=prompt_at)
-        requests = [*kept.request_parts, *kept.result_parts]
-        tokens = (message_tokens(counter, ModelRequest(parts=requests)) - empty if requests else 0) + (
-            message_tokens(counter, ModelResponse(parts=kept.response_parts)) - empty
-            if kept.response_parts
-            else 0
-        )
-        if tokens > 0:
-            positions.append(i)
-            totals.append(totals[-1] + tokens)
+    Kept from one call to the next: the function per reading, start and prompt (the plan and the
+    summaries made ahead ask several times a compile), and each message's count while it, the
+    request after it and the calls of it left unresolved are the same (a long tool loop has a
+    failed result every few steps, and counting them all again made a steady compile slower).
+    """
 
-    def before(end: int) -> int:
-        return totals[bisect.bisect_left(positions, end)]
+    last: tuple[Any, int, Hashable, Hashable, Callable[[int], int]] | None = None
+    counts: dict[int, tuple[tuple[Any, ...], int]] = field(
+        default_factory=dict[int, tuple[tuple[Any, ...], int]]
+    )
 
-    return before
+    def of(
+        self,
+        messages: Sequence[ModelMessage],
+        start: int,
+        reading: Any,
+        prompt: Callable[[], int | None],
+        counter: TokenCounter,
+        *,
+        run_id: Hashable = None,
+    ) -> Callable[[int], int]:
+        """`reading`: the policy's `Reading` of `messages` (its `keeps` and unresolved failures);
+        `prompt()`: where the current run's prompt is (asked only when `reading`, `start` or
+        `run_id` changed: finding it walks the runs)."""
+        counter_key = (type(counter).__qualname__, counter.name)
+        last = self.last
+        if last is not None and last[0] is reading and last[1:4] == (start, run_id, counter_key):
+            return last[4]
+        prompt_at = prompt()
+        unresolved: set[str] = reading.unresolved_failures()
+        candidates = reading.keeps(start, len(messages))
+        if prompt_at is not None and prompt_at >= start:
+            candidates = sorted({*candidates, prompt_at})
+        positions: list[int] = []
+        totals: list[int] = [0]
+        counts: dict[int, tuple[tuple[Any, ...], int]] = {}
+        empty = message_tokens(counter, ModelRequest(parts=[]))
+        for i in candidates:
+            message = messages[i]
+            following = messages[i + 1] if i + 1 < len(messages) else None
+            calls = frozenset(
+                part.tool_call_id
+                for part in message.parts
+                if _parts.is_tool_call(part) and part.tool_call_id in unresolved
+            )
+            state = (
+                message,
+                tuple(message.parts),
+                following,
+                tuple(following.parts) if following is not None else (),
+                i == prompt_at,
+                calls,
+                reading.generation,
+                counter_key,
+            )
+            found = self.counts.get(i)
+            if found is not None and _same_identity(found[0], state):
+                tokens = found[1]
+            else:
+                kept = kept_in(messages, i, i + 1, unresolved, candidates=[i], prompt_at=prompt_at)
+                requests = [*kept.request_parts, *kept.result_parts]
+                tokens = (
+                    message_tokens(counter, ModelRequest(parts=requests)) - empty if requests else 0
+                ) + (
+                    message_tokens(counter, ModelResponse(parts=kept.response_parts)) - empty
+                    if kept.response_parts
+                    else 0
+                )
+            counts[i] = (state, tokens)
+            if tokens > 0:
+                positions.append(i)
+                totals.append(totals[-1] + tokens)
+        self.counts = counts
+
+        def before(end: int) -> int:
+            return totals[bisect.bisect_left(positions, end)]
+
+        self.last = (reading, start, run_id, counter_key, before)
+        return before
+
+
+def _same_identity(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """The same messages and parts (by identity), and the same flags."""
+    return (
+        a[0] is b[0]
+        and a[2] is b[2]
+        and len(a[1]) == len(b[1])
+        and all(x is y for x, y in zip(a[1], b[1], strict=True))
+        and len(a[3]) == len(b[3])
+        and all(x is y for x, y in zip(a[3], b[3], strict=True))
+        and a[4:] == b[4:]
+    )
 
 
 def may_keep(message: ModelMessage) -> bool:

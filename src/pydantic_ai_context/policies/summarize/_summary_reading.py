@@ -321,6 +321,27 @@ class Reading:
             return unresolved_failures(self.messages)
         return self.folds.read(self, 'failures', _Failures, _Failures.unresolved)
 
+    def unresolved_positions(self) -> list[int]:
+        """The messages that hold an unresolved failure (`unresolved_failures`), in order."""
+        if self.folds is None:
+            fold = _Failures()
+            fold.extend(self.messages)
+            return fold.positions()
+        return self.folds.read(self, 'failures', _Failures, _Failures.positions)
+
+    def keeps(self, start: int, end: int) -> list[int]:
+        """The indices in `[start, end)` the summary's block keeps something of, in order, or may
+        (`may_keep`, narrowed to the failures still unresolved: only those keep their call)."""
+        own = self.own[bisect.bisect_left(self.own, start) : bisect.bisect_left(self.own, end)]
+        before = [
+            j - 1
+            for positions in (self.pinned, self.unresolved_positions())
+            for j in positions[
+                bisect.bisect_left(positions, start + 1) : bisect.bisect_left(positions, end + 1)
+            ]
+        ]
+        return sorted({*own, *before}) if before else own
+
     def span_digest(self, start: int, end: int, digest: Callable[[ModelMessage], str]) -> str:
         """The hex digest of the messages' digests from `start` to `end` (the cache key's span)."""
         running = self._running(self.keys, start, start, hashlib.sha256)

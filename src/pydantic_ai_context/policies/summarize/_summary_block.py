@@ -267,10 +267,12 @@ class KeptTokens:
     verbatim beside a summary (the task's prompt, pinned parts, unresolved failures, parts that
     must go back whole, such as a provider's web search) is part of the view a plan sizes.
 
-    Kept from one call to the next: the function per reading, start and prompt (the plan and the
+    Kept from one call to the next: the function per reading, start and run (the plan and the
     summaries made ahead ask several times a compile), and each message's count while it, the
-    request after it and the calls of it left unresolved are the same (a long tool loop has a
-    failed result every few steps, and counting them all again made a steady compile slower).
+    request after it and the calls of it left unresolved are the same. Only the messages that can
+    keep something are read (`Reading.keeps`: unresolved failures by position, not every failure).
+    Two conversations compiled in turn through one policy only miss these memos, never share them:
+    each entry is checked against the very messages it was counted from.
     """
 
     last: tuple[Any, int, Hashable, Hashable, Callable[[int], int]] | None = None

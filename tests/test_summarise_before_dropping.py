@@ -33,6 +33,18 @@ WINDOW = 16_000
 STEPS = 40
 
 
+def summarising(name: str, window: int, *, ahead: bool) -> Any:
+    """`name` at `window` with a working summariser (the replay's extractive one), ahead or not."""
+    return profile(
+        name,
+        context_window=window,
+        reserved_output=400,
+        counter=HeuristicCounter(),
+        summary_model=extractive_summary_model(),
+        summary_ahead=ahead,
+    )
+
+
 def counting(calls: list[int]) -> FunctionModel:
     """The replay's extractive summariser, counting its calls."""
     inner = extractive_summary_model().function
@@ -247,14 +259,7 @@ async def test_fit_drops_nothing_a_summary_could_cover(
     searches (must go back whole) among the steps: whenever
     `fit_to_budget` drops steps, the summarising step said there was no room for a summary beside
     the task framing and the newest step."""
-    p = profile(
-        name,
-        context_window=window,
-        reserved_output=400,
-        counter=HeuristicCounter(),
-        summary_model=extractive_summary_model(),
-        summary_ahead=ahead,
-    )
+    p = summarising(name, window, ahead=ahead)
     for end in range(1, len(log) + 1):
         if not isinstance(log[end - 1], ModelRequest):
             continue
@@ -315,14 +320,7 @@ async def test_what_a_summary_keeps_verbatim_counts_in_its_plan(ahead: bool) -> 
             text=f'Step {n}: ' + prose(200, seed=100 + n),
         )
     log = h.build()
-    p = profile(
-        'long_horizon',
-        context_window=4_000,
-        reserved_output=400,
-        counter=HeuristicCounter(),
-        summary_model=extractive_summary_model(),
-        summary_ahead=ahead,
-    )
+    p = summarising('long_horizon', 4_000, ahead=ahead)
     summaries = 0
     for end in range(3, len(log) + 1, 2):
         await p.compile(log[:end])

@@ -251,10 +251,14 @@ class Reading:
 
     def may_keep(self, start: int, end: int) -> list[int]:
         """The indices in `[start, end)` the summary's block may keep something of, in order."""
+        return self._kept_indices(start, end, self.failed)
+
+    def _kept_indices(self, start: int, end: int, failed: list[int]) -> list[int]:
+        """`own` in `[start, end)`, and the responses before the pinned and the `failed` requests."""
         own = self.own[bisect.bisect_left(self.own, start) : bisect.bisect_left(self.own, end)]
         before = [
             j - 1
-            for positions in (self.pinned, self.failed)
+            for positions in (self.pinned, failed)
             for j in positions[
                 bisect.bisect_left(positions, start + 1) : bisect.bisect_left(positions, end + 1)
             ]
@@ -332,15 +336,7 @@ class Reading:
     def keeps(self, start: int, end: int) -> list[int]:
         """The indices in `[start, end)` the summary's block keeps something of, in order, or may
         (`may_keep`, narrowed to the failures still unresolved: only those keep their call)."""
-        own = self.own[bisect.bisect_left(self.own, start) : bisect.bisect_left(self.own, end)]
-        before = [
-            j - 1
-            for positions in (self.pinned, self.unresolved_positions())
-            for j in positions[
-                bisect.bisect_left(positions, start + 1) : bisect.bisect_left(positions, end + 1)
-            ]
-        ]
-        return sorted({*own, *before}) if before else own
+        return self._kept_indices(start, end, self.unresolved_positions())
 
     def span_digest(self, start: int, end: int, digest: Callable[[ModelMessage], str]) -> str:
         """The hex digest of the messages' digests from `start` to `end` (the cache key's span)."""

@@ -10,14 +10,21 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import (
+    BinaryContent,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    UserPromptPart,
+)
 
 from pydantic_ai_context import ContextBudgetExceeded, ContextProfile, profiles
 from pydantic_ai_context import _warm as warm
 
 from ._examples import examples
 from .builders import History, Tool, long_text
-from .strategies import any_histories
+from .strategies import PNG, any_histories
 from .test_presets import make
 
 PRESETS = ('coding', 'long_horizon', 'chat')
@@ -96,6 +103,33 @@ def test_any_log_read_in_pieces_compiles_to_the_same_view(log: list[ModelMessage
         in_pieces = asyncio.run(views_and_reasons(make(name, 6_000, reserved_output=500), [log]))
     assert log == snapshot
     assert in_pieces == at_once
+
+
+async def test_a_prefix_the_budget_refuses_stops_the_reading_not_the_compile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Mid-run, the framing (a prompt with two mockups) and the newest step (a screenshot) overflow
+    # 6k; once the run has ended, its step is isolated into a record and the log fits.
+    h = History().user('task 0: match the mockups', system='You are a coding agent.')
+    h.step(Tool('screenshot', {'page': 'home'}, 'taken'), text='Looking.')
+    h.answer('Matched.')
+    h.user('task 1: thanks')
+    log = h.build()
+    mockups = [BinaryContent(PNG, media_type='image/png')] * 2
+    log[0] = ModelRequest(
+        parts=[*log[0].parts[:-1], UserPromptPart(['task 0: match\n' + long_text(50), *mockups])]
+    )
+    log[2] = ModelRequest(
+        parts=[*log[2].parts, UserPromptPart(['home:', BinaryContent(PNG, media_type='image/png')])]
+    )
+    with pytest.raises(ContextBudgetExceeded):
+        await make('coding', 6_000, reserved_output=500).compile(log[:3])
+    at_once = await views_and_reasons(make('coding', 6_000, reserved_output=500), [log])
+    read = pieces_read(monkeypatch)
+    in_pieces = await views_and_reasons(make('coding', 6_000, reserved_output=500), [log])
+    assert read == [1, 3], 'the second prefix was refused'
+    assert in_pieces == at_once
+    assert at_once[0][0] != 'raised'
 
 
 async def test_a_steady_compile_reads_no_pieces(monkeypatch: pytest.MonkeyPatch) -> None:

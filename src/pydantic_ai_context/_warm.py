@@ -15,12 +15,18 @@ The pieces run inside the compile's scope (the same generation) with the compile
 read-back sink included: what a step kept for read-back while reading a prefix is kept as the
 compile itself would (a step that extends its previous output does not keep it again). Notes are
 dropped: the compile's own steps note what they did.
+
+A prefix is not a request anyone sends: a step may refuse it (a prefix whose newest steps the whole
+log would isolate into a finished run's record may not fit the budget, and `fit_to_budget` raises).
+Then the reading stops there and the compile reads the rest itself, so what it returns or raises is
+what a compile that read the log at once returns or raises.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any, Final
@@ -33,6 +39,8 @@ from .policies._base import SyncPolicy
 from .views import CompileContext, Policy
 
 __all__ = ('PIECE_SECONDS', 'WARM_MESSAGES', 'warm_prefixes')
+
+logger = logging.getLogger('pydantic_ai_context.profiles')
 
 WARM_MESSAGES: Final = 1_000
 """New messages (not yet counted by the compile's counter) from which a compile reads the log in pieces."""
@@ -78,7 +86,11 @@ async def warm_prefixes(
         # The furthest cut within a piece of the last prefix read, or at least the next one.
         nxt = max(bisect.bisect_right(cuts, done + piece) - 1, at)
         started = time.perf_counter()
-        _run(messages[: cuts[nxt]], policies, context)
+        try:
+            _run(messages[: cuts[nxt]], policies, context)
+        except Exception as exc:  # reading ahead never decides what the compile returns or raises
+            logger.debug('stopped reading the log in pieces at %d messages: %r', cuts[nxt], exc)
+            return read
         spent = time.perf_counter() - started
         added = cuts[nxt] - done
         done, at, read = cuts[nxt], nxt + 1, read + 1

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import (
+    BinaryContent,
     InstructionPart,
     ModelMessage,
     ModelRequest,
@@ -24,6 +25,7 @@ from pydantic_ai.messages import (
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -44,7 +46,7 @@ from pydantic_ai_context.replay import extractive_summary_model
 from ._examples import examples
 from .builders import History, Tool, long_text
 from .invariants import assert_all
-from .strategies import any_histories
+from .strategies import PNG, CompactionPart, any_histories
 
 PRESETS = ('coding', 'chat', 'long_horizon')
 
@@ -379,6 +381,41 @@ async def test_invariants_hold_and_every_ref_resolves(log: list[ModelMessage]) -
     assert await p.compile(view) == view
     for ref in refs_in(view):
         read_context(ref, view, p.archive, limit=100_000)
+
+
+async def test_a_log_opening_with_a_follow_up_before_the_runs_prompt_reads_its_records_back() -> None:
+    # Sent as one request, with the run's id: the view is named by that id, so must the log be.
+    h = History(stamp_runs=True).user('task 0: read a.py')
+    h.step(Tool('read_file', {'path': 'a.py'}, long_text(40, prefix='a.py')), text='Reading.')
+    h.answer('a.py is fine.')
+    h.user('task 1: and b.py?')
+    log = [ModelRequest(parts=[UserPromptPart('and also this')]), *h.build()]
+    p = make('long_horizon', 6_000, reserved_output=500)
+    view = await p.compile(log)
+    refs = refs_in(view)
+    assert list(refs.values()) == ['isolated'], 'the finished run is isolated into a record'
+    for ref in refs:
+        assert 'a.py 39: ' in read_context(ref, view, p.archive, limit=100_000)
+
+
+@pytest.mark.skipif(CompactionPart is None, reason='pydantic-ai without CompactionPart')
+async def test_a_log_whose_first_prompt_is_tool_content_reads_it_back_once_masked() -> None:
+    # After a provider's compaction the window opens with a step; its screenshot (content the tool
+    # returned beside its result) is masked with the result, so it does not name the conversation.
+    assert CompactionPart is not None
+    compaction = CompactionPart(content=None, id='cmp_1', provider_name='openai', provider_details={})
+    h = History()
+    for i in range(1, 6):
+        h.step(Tool('read_file', {'path': f'm{i}.py'}, long_text(40, prefix=f'm{i}.py')), text=f'Step {i}.')
+    log = h.build()
+    log[0] = ModelResponse(parts=[compaction, *log[0].parts])
+    screenshot = UserPromptPart(['screenshot:', BinaryContent(PNG, media_type='image/png')])
+    log[1] = ModelRequest(parts=[*log[1].parts, screenshot])
+    p = make('long_horizon', 128_000, keep_recent=1, step=2)
+    view = await p.compile(log)
+    first = log[1].parts[0].tool_call_id
+    assert first in refs_in(view), 'the first result is masked'
+    assert 'm1.py 39: ' in read_context(first, view, p.archive, limit=100_000)
 
 
 async def test_one_profile_keeps_conversations_apart() -> None:

@@ -20,7 +20,7 @@ from typing import Any, Final, Protocol
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 
-from . import _native_tools, _parts, _scope
+from . import _boundaries, _native_tools, _parts, _scope
 from ._memo import ObjectMemo
 
 READ_CONTEXT: Final = 'read_context'
@@ -109,14 +109,15 @@ def keep_span(
 
 
 def _first_request(messages: Sequence[ModelMessage]) -> ModelRequest | None:
-    """The request holding the first user prompt (kept verbatim in every view, DESIGN.md invariant 1)."""
+    """The request holding the first user prompt (kept verbatim in every view, DESIGN.md invariant 1);
+    content a tool returned beside its results is no prompt (a view may mask it with the results)."""
     first: ModelRequest | None = None
     for message in messages:
         if not isinstance(message, ModelRequest):
             continue
         if first is None:
             first = message
-        if any(isinstance(part, UserPromptPart) for part in message.parts):
+        if _boundaries.has_prompt(message):
             return message
     return first
 
@@ -124,10 +125,12 @@ def _first_request(messages: Sequence[ModelMessage]) -> ModelRequest | None:
 def conversation_key(messages: Sequence[ModelMessage]) -> str:
     """A digest of the log's first user prompt and that prompt's timestamp: a content key, which every
     view of the log shares, but two conversations that open alike share too (see `conversation_identity`).
+    Content a tool returned beside its results is no prompt: a view may mask it with the results.
     """
     for message in messages:
-        if not isinstance(message, ModelRequest):
+        if not _boundaries.has_prompt(message):
             continue
+        assert isinstance(message, ModelRequest)
         written = _written_here(message)
         for k, part in enumerate(message.parts):
             if isinstance(part, UserPromptPart) and k not in written:
@@ -170,12 +173,39 @@ def conversation_identity(messages: Sequence[ModelMessage], run_context: Any = N
     if not found:
         found = first_conversation_id(messages)
     if not found:
-        found = getattr(first, 'run_id', None)
+        found = _opening_run_id(messages, first)
     if not found and run_context is not None:
         found = getattr(run_context, 'conversation_id', None)
     if not isinstance(found, str) or not found:
         return None
     return 'c' + hashlib.blake2b(found.encode('utf-8', 'surrogatepass'), digest_size=8).hexdigest()
+
+
+def _opening_run_id(messages: Sequence[ModelMessage], first: ModelRequest | None) -> str | None:
+    """The run id of the opening request `first` as every view has it: merged with the requests
+    right before and after it as `normalize` merges them (a log that opens with a follow-up and then
+    a run's prompt is sent as one request, with the run's id)."""
+    if first is None:
+        return None
+    at = next(i for i, m in enumerate(messages) if m is first)
+    start = at
+    while start > 0 and _merges(messages[start - 1]):
+        start -= 1
+    run_id: str | None = None
+    merged = False
+    for i, message in enumerate(messages[start:], start):
+        if i > at and not _merges(message):
+            break
+        if isinstance(message, ModelRequest):
+            run_id = _parts.merged_run_id(run_id, message) if merged else getattr(message, 'run_id', None)
+            merged = True
+    return run_id
+
+
+def _merges(message: ModelMessage) -> bool:
+    """Whether `normalize` merges `message` with a request next to it: a request, or an empty
+    message (dropped, which leaves the requests around it adjacent)."""
+    return isinstance(message, ModelRequest) or not message.parts
 
 
 def first_conversation_id(messages: Sequence[ModelMessage]) -> Any:

@@ -119,6 +119,15 @@ def has_user_prompt(message: ModelMessage) -> bool:
     return isinstance(message, ModelRequest) and any(isinstance(p, UserPromptPart) for p in message.parts)
 
 
+def merged_run_id(run_id: str | None, later: ModelRequest) -> str | None:
+    """The run id of a request `later` is merged into (consecutive requests are one request to a
+    provider): `later`'s own when it opens another run (its prompt after the request that closed
+    the previous run: an output tool's return, a result made up for a call left unresolved), else
+    `run_id`."""
+    own = getattr(later, 'run_id', None)
+    return own if own and own != run_id and has_user_prompt(later) else run_id
+
+
 def has_system_prompt(message: ModelMessage) -> bool:
     return isinstance(message, ModelRequest) and any(isinstance(p, SystemPromptPart) for p in message.parts)
 

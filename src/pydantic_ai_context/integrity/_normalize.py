@@ -183,15 +183,9 @@ def _merge_adjacent(slots: list[_Slot], repairs: list[Repair]) -> list[_Slot]:
                 instructions=slot.message.instructions or prev.message.instructions,
                 metadata=_merged_metadata(prev.message, slot.message),
             )
-            later = getattr(slot.message, 'run_id', None)
-            if (
-                later
-                and later != getattr(prev.message, 'run_id', None)
-                and _parts.has_user_prompt(slot.message)
-            ):
-                # A run's prompt after the request that closed the previous run (its output tool's
-                # return, a result made up for a call left unresolved): the request is the new run's.
-                merged = dataclasses.replace(merged, run_id=later)
+            run_id = _parts.merged_run_id(getattr(prev.message, 'run_id', None), slot.message)
+            if run_id != getattr(prev.message, 'run_id', None):
+                merged = dataclasses.replace(merged, run_id=run_id)
             out[-1] = _Slot(merged, prev.sources + slot.sources)
             repairs.append(
                 Repair(

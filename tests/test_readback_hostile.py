@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import re
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -221,9 +222,12 @@ def test_a_summary_cache_key_reads_lone_surrogates() -> None:
 
 
 def _has_attachments(log: list[ModelMessage]) -> bool:
+    def items(content: Any) -> list[Any]:  # a part's content: text, a list, a dict, a number
+        return list(content) if isinstance(content, (list, tuple)) else [content]
+
     return any(
-        not isinstance(getattr(part, 'content', ''), str)
-        and any(isinstance(item, BinaryContent) for item in getattr(part, 'content', None) or [])
+        isinstance(item, BinaryContent)
         for message in log
         for part in message.parts
+        for item in items(getattr(part, 'content', None))
     )

@@ -208,10 +208,11 @@ class SummarizeWindow(AsyncPolicy):
     the next shrink's summary is written while the model answers, and no request waits for the
     summariser. Needs a profile (its background tasks)
     and a budget; see `pydantic_ai_context.policies.summarize._summary_ahead`."""
-    ahead_waits: bool = False
-    """With `ahead`: when the view is over the limit and no summary has landed yet, wait for the one in
-    flight (or make one, as without `ahead`). `False` (the presets, whose `fit_to_budget` follows):
-    never wait; the oldest steps are dropped from the views sent until the summary lands."""
+    ahead_waits: bool = True
+    """With `ahead`: when the view is over the limit even with every summary already made, make the
+    summary now, as without `ahead` (the request waits for it), rather than send a view whose
+    oldest steps `fit_to_budget` drops until the summary lands. `False`: never wait; the drops say
+    "a summary is on its way"."""
     ahead_lead: float = 0.0
     """How early a summary ahead starts. 0: when the view crosses the trigger (the summariser is never
     called where the synchronous path would not call it; the band between the trigger and the limit
@@ -280,6 +281,9 @@ class SummarizeWindow(AsyncPolicy):
     # --- applying -----------------------------------------------------------------------------
 
     async def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
+        return await _settled(self, messages, context)
+
+    async def _pass(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
         if len(messages) < 3 or not isinstance(messages[-1], ModelRequest):
             return messages
         # What this compile reads of its input, resumed from the previous compile's reading: the
@@ -297,14 +301,13 @@ class SummarizeWindow(AsyncPolicy):
             messages, summaries=reading.summaries, cuts=reading.cut_points, spans=reading.run_spans
         )
         if zones is None:
-            return _no_summary(
-                messages, context, why, 'nothing between the task framing and the recent turns'
-            )
+            return _no_summary(messages, context, why, 'nothing between the framing and the recent turns')
         if _fitted_by_a_drop(self._ledger, messages, zones, context):
             return _no_summary(messages, context, why, 'the view was fitted by dropping steps before')
         reuse: tuple[int, str] | None = None
         interim: str | None = None  # summary ahead: a marker while the summary is on its way
         asked: int | None = None
+        made_now = False  # summary ahead: over the limit, the summary is made in this request
         if self.plans_by_budget(context):
             if self.ahead:  # --- summary ahead: file what landed under this view's keys ---
                 _summary_ahead.adopt(self, messages, zones, model, context)
@@ -319,6 +322,7 @@ class SummarizeWindow(AsyncPolicy):
                     end, interim = held.end, held.text
             elif self.ahead:  # --- summary ahead: no wait while the view fits ---
                 instead = await _summary_ahead.instead_of_waiting(self, messages, zones, model, context)
+                made_now = instead is None
                 if instead == _summary_ahead.KEEP:
                     return _no_summary(messages, context, why, 'the summary made ahead has not landed yet')
                 if isinstance(instead, _summary_ahead.Interim):
@@ -355,7 +359,10 @@ class SummarizeWindow(AsyncPolicy):
             context.note(f'{why}: reused the cached summary of {covered} messages', summary_calls=0)
             text, status = reuse[1], 'summary'
         else:
+            started = time.perf_counter()
             text, status = await self.summary(messages, zones, end, model, context, why, asked=asked)
+            if made_now and context.background is not None:
+                context.background.waited(time.perf_counter() - started)
         if self.ahead:  # --- summary ahead: report the usage of the summaries made ahead ---
             _summary_ahead.settle(self, messages, zones, end, model, context)
         earlier = earlier_ref(messages, zones.start)
@@ -373,8 +380,6 @@ class SummarizeWindow(AsyncPolicy):
             reuse=self._block,
             reading=reading,
         )
-
-    # --- planning a shrink under a budget -----------------------------------------------------
 
     # --- what the planning and the summaries made ahead ask (see `_summary_ahead.AheadPolicy`) ---
 
@@ -492,6 +497,37 @@ class SummarizeWindow(AsyncPolicy):
         """The text of the summary covering the log up to `end`, and 'summary' or 'fallback';
         `asked`: the size to ask for when less than `summary_tokens` (a short tail's room)."""
         return await self._calls.summary(self, messages, zones, end, model, context, why, asked=asked)
+
+
+_MAX_PASSES: Final = 8
+"""Passes of one compile when summaries made ahead are made in it (see `_settled`)."""
+
+
+async def _settled(
+    policy: SummarizeWindow, messages: list[ModelMessage], context: CompileContext
+) -> list[ModelMessage]:
+    """The view of `messages` once no pass makes a summary in the compile.
+
+    A summary made in the compile (summaries made ahead, a view over the limit) lands in the cache,
+    and a profile compiling this log afresh would start from it: the next pass does, so that the view
+    stays a function of the log, the budget and the cache (DESIGN section 1). The passes' notes are
+    kept (their summariser usage summed)."""
+    registry = context.background
+    if registry is not None:
+        registry.made_in_compile()
+    view = await policy._pass(messages, context)
+    for _ in range(_MAX_PASSES - 1):
+        if registry is None or not registry.made_in_compile():
+            break
+        notes, details = context._take_notes()
+        view = await policy._pass(messages, context)
+        again, more = context._take_notes()
+        for name, value in more.items():
+            earlier = details.get(name)
+            summed = isinstance(value, int) and isinstance(earlier, int) and name.startswith('summary_')
+            details[name] = earlier + value if summed else value
+        context.note('; '.join(n for n in (notes, again) if n), **details)
+    return view
 
 
 def _plan_shrink(

@@ -17,9 +17,12 @@ request waits for it. With it (`SummarizeWindow(ahead=True)`, on in every summar
   that summary covers replaced by a marker with the span's facts. The marker is filed in the
   summary cache (`_slot`: one entry per point where the cached chain stops), and every view
   finds it there until the summary lands. With no summary in flight from where the cached chain
-  stops, it uses the furthest cached summary (a smaller shrink, or none); a view over the limit
-  is left to `fit_to_budget` (with `ahead_waits`, it waits for the summary in flight, then takes
-  the synchronous path).
+  stops, it uses the furthest cached summary (a smaller shrink, or none);
+- when the view is over the limit even with every cached summary (a step larger than the band
+  between the trigger and the limit, or a summary that did not land in time), sending it would
+  drop its oldest steps: the summary is made in the compile instead, as without `ahead`, for the
+  span this log plans (`ahead_waits`, on by default; off, the view is left to `fit_to_budget`).
+  Whether that happens depends on the log and the cache alone, never on what is in flight.
 
 The view stays a function of the log, the budget and the summary cache (summaries and interim
 markers); the background task only fills the cache. At most one summary is in flight per
@@ -37,9 +40,7 @@ from here).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -402,9 +403,9 @@ async def instead_of_waiting(
     is over the trigger, so the synchronous path would have shrunk it; see `Interim`);
     `(end, text)`: reuse the furthest cached summary (a smaller shrink); `KEEP`: send the view as
     it is; `None`: take the synchronous path. A summary is always on its way when this returns.
-    A view over the limit does not wait either (the next steps, `fit_to_budget`, drop its oldest
-    steps until the summary lands) unless `policy.ahead_waits`: then it waits for the summary in
-    flight, and makes one synchronously if none is.
+    A view over the limit with every cached summary takes the synchronous path (`None`), unless
+    `policy.ahead_waits` is off: then it does not wait either (`fit_to_budget` drops its oldest
+    steps until the summary lands).
     """
     registry = context.background
     budget = context.budget
@@ -423,15 +424,6 @@ async def instead_of_waiting(
         await cancel([pending.task])  # the log changed under it: plan the span again
         pending = None
     over = chain.projected > budget.limit
-    if over and policy.ahead_waits:
-        if pending is None or pending.task is None:
-            return None
-        started = time.perf_counter()
-        await asyncio.wait({pending.task})
-        registry.waited(time.perf_counter() - started)
-        chain = _chain(policy, messages, zones, model, context)
-        if chain.projected > budget.limit:
-            return None
     start_if_due(policy, messages, zones, model, context)
     interim = _interim(policy, messages, zones, chain, conversation, model, context)
     if interim is None and _elsewhere(policy, registry.in_flight(conversation), messages, zones, chain):
@@ -444,13 +436,42 @@ async def instead_of_waiting(
             await cancel([pending.task])
         start_if_due(policy, messages, zones, model, context)
         interim = _interim(policy, messages, zones, chain, conversation, model, context)
-    if interim is not None:
+    if interim is not None and not (
+        over and policy.ahead_waits and _size(policy, messages, zones, interim, context) > budget.limit
+    ):
         return interim
+    if over and policy.ahead_waits:
+        # Over the limit even with the marker: sent, the view would lose its oldest steps. The
+        # summary is made now, as without `ahead`; the one in flight would only duplicate it.
+        pending = registry.in_flight(conversation)
+        if _on_its_way(policy, pending):
+            assert pending is not None
+            assert pending.task is not None
+            await cancel([pending.task])
+        return None
     if over and not policy.ahead_waits:
         context.note('a summary is on its way; until it lands, the view is over the limit', summary_pending=1)
     if chain.start > zones.start and chain.previous is not None:
         return chain.start, chain.previous
     return KEEP
+
+
+def _size(
+    policy: AheadPolicy,
+    messages: Sequence[ModelMessage],
+    zones: Zones,
+    interim: Interim,
+    context: CompileContext,
+) -> int:
+    """Tokens of the interim view: the framing, the marker (after the chain's summary), the tail and
+    what a summary keeps verbatim beside it."""
+    counter = context.counter
+    return (
+        _fixed(policy, zones, context)
+        + policy.ledger.text_tokens(counter, interim.text)
+        + policy.ledger.count(messages, interim.end, len(messages), counter)
+        + policy.kept(messages, zones, context)(interim.end)
+    )
 
 
 def _on_its_way(policy: AheadPolicy, pending: Any) -> bool:

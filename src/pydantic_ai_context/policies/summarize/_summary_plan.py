@@ -320,8 +320,13 @@ def shrink_end(
         if fitted is not None:
             return Shrink(end, None, fitted)
     last = candidates[-1]
-    if last <= start and fixed + ledger.text_tokens(counter, previous or '') + suffix_at(last) <= limit:
-        return Shrink(last, None, asked)  # no end past the cached chain: its summary, which fits
+    if last <= start and previous is not None and start > zones.start:
+        # No end past the cached chain: its summary, even where the view it gives is over the
+        # limit (a summary longer than asked): the compile that made it sent that view, and
+        # `fit_to_budget` shortens the newest step's results rather than drop what it covers.
+        return Shrink(start, (start, previous), asked)
+    if last <= start and fixed + suffix_at(last) <= limit:
+        return Shrink(last, None, asked)
     return NO_ROOM  # the task framing and the newest step leave no room: fit_to_budget drops
 
 

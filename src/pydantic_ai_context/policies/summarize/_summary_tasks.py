@@ -93,7 +93,8 @@ class BackgroundSummaries:
     _reported: int = 0
     """... and the input tokens the summariser reported for them (its own unit)."""
     waited_seconds: float = 0.0
-    """Seconds compiles spent waiting for a summary in flight (only a view over the limit waits)."""
+    """Seconds compiles spent waiting for a summary made in them (only a view over the limit waits)."""
+    _made_now: bool = False
 
     def __post_init__(self) -> None:
         _REGISTRIES.add(self)
@@ -154,9 +155,16 @@ class BackgroundSummaries:
         )
 
     def waited(self, seconds: float) -> None:
-        """A compile waited `seconds` for a summary in flight."""
+        """A compile waited `seconds` for a summary made in it (summaries made ahead: the view was
+        over the limit with every summary already made)."""
         self._counts['waited'] += 1
         self.waited_seconds += seconds
+        self._made_now = True
+
+    def made_in_compile(self) -> bool:
+        """Whether a summary was made in a compile (`waited`) since the last call."""
+        made, self._made_now = self._made_now, False
+        return made
 
     def take_events(self) -> list[CompactionEvent]:
         """The `summary_discarded` events not yet delivered (the profile sends them to its handlers)."""

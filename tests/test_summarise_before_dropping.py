@@ -81,10 +81,28 @@ def thinking_agent(p: Any) -> Agent[None, str]:
     @agent.tool_plain
     def run(command: str) -> str:
         """Run a shell command."""
-        lines = (f'src/mod_{command[-2:]}/f{j}.py:{j}: ok ' + 'y' * 50 for j in range(330))
-        return f'$ {command}\n' + '\n'.join(lines)[:20_000]
+        return command_output(command)
 
     return agent
+
+
+def command_output(command: str) -> str:
+    """What the issue's agent's command prints: 20,000 characters."""
+    lines = (f'src/mod_{command[-2:]}/f{j}.py:{j}: ok ' + 'y' * 50 for j in range(330))
+    return f'$ {command}\n' + '\n'.join(lines)[:20_000]
+
+
+def thinking_log() -> list[ModelMessage]:
+    """The issue's agent's log, as its run writes it (on pydantic-ai 1.x a run's messages are the
+    views it was sent, so the log is built here)."""
+    h = History().user('Fix the failing tests in the repository.')
+    for n in range(1, STEPS + 1):
+        command = f'make test-{n}'
+        h.step(
+            Tool('run', {'command': command}, command_output(command)),
+            text=f'Step {n}: ' + prose(560, seed=n),
+        )
+    return h.build()
 
 
 @pytest.mark.parametrize('ahead', [True, False], ids=['ahead', 'synchronous'])
@@ -136,7 +154,7 @@ async def test_a_log_compiled_again_on_its_cached_summaries_drops_nothing() -> N
             summary_cache=cache,
         )
 
-    log = (await thinking_agent(summarising_on(InMemorySummaryCache())).run('Fix the tests.')).all_messages()
+    log = thinking_log()
     live = summarising_on(cache)
     compared = 0
     for end in [n for n in range(3, len(log) + 1) if isinstance(log[n - 1], ModelRequest)]:

@@ -361,7 +361,7 @@ class SummarizeWindow(AsyncPolicy):
         else:
             started = time.perf_counter()
             text, status = await self.summary(messages, zones, end, model, context, why, asked=asked)
-            if made_now and context.background is not None:
+            if made_now and status == 'summary' and context.background is not None:
                 context.background.waited(time.perf_counter() - started)
         if self.ahead:  # --- summary ahead: report the usage of the summaries made ahead ---
             _summary_ahead.settle(self, messages, zones, end, model, context)

@@ -359,10 +359,10 @@ class SummarizeWindow(AsyncPolicy):
             context.note(f'{why}: reused the cached summary of {covered} messages', summary_calls=0)
             text, status = reuse[1], 'summary'
         else:
-            started = time.perf_counter()
+            started, filed = time.perf_counter(), self._calls.filed
             text, status = await self.summary(messages, zones, end, model, context, why, asked=asked)
-            if made_now and status == 'summary' and context.background is not None:
-                context.background.waited(time.perf_counter() - started)
+            if made_now and context.background is not None:
+                context.background.waited(time.perf_counter() - started, filed=self._calls.filed > filed)
         if self.ahead:  # --- summary ahead: report the usage of the summaries made ahead ---
             _summary_ahead.settle(self, messages, zones, end, model, context)
         earlier = earlier_ref(messages, zones.start)

@@ -115,6 +115,9 @@ class SummaryCalls:
     oversized: tuple[str, int | None, int | None] | None = None
     unsplit: tuple[Any, int] | None = None
     """The oversized span (as `oversized`) for which no shorter link fit either."""
+    filed: int = 0
+    """Summaries (and rejections) these calls filed in the cache: a compile that filed one is
+    compiled again from the cache when it summarised ahead (`summarize._settled`)."""
 
     async def summary(
         self,
@@ -304,8 +307,10 @@ class SummaryCalls:
             problem = f'summary of {tokens:,} tokens, over {_OVERSIZE}x the {size:,} asked for'
         if problem is not None:
             cache.put(key, '')
+            self.filed += 1
             return _fallback(previous, span, context, why, problem, **usage)
         cache.put(key, text)
+        self.filed += 1
         context.note(f'{why}: summarised {covered} messages', covers=covered, **usage)
         return text, 'summary'
 

@@ -154,15 +154,16 @@ class BackgroundSummaries:
             'cancelled: it was being written on another event loop than the compiles now run on',
         )
 
-    def waited(self, seconds: float) -> None:
+    def waited(self, seconds: float, *, filed: bool = True) -> None:
         """A compile waited `seconds` for a summary made in it (summaries made ahead: the view was
-        over the limit with every summary already made)."""
+        over the limit with every summary already made); `filed`: the summary (or its rejection)
+        is in the cache now."""
         self._counts['waited'] += 1
         self.waited_seconds += seconds
-        self._made_now = True
+        self._made_now = self._made_now or filed
 
     def made_in_compile(self) -> bool:
-        """Whether a summary was made in a compile (`waited`) since the last call."""
+        """Whether a compile filed a summary it waited for (`waited`) since the last call."""
         made, self._made_now = self._made_now, False
         return made
 

@@ -48,8 +48,11 @@ def budget(limit: int) -> ContextBudget:
 
 
 def fit(log: list[ModelMessage], limit: int | None, **settings: object) -> list[ModelMessage]:
+    """`fit_to_budget` as a profile runs it: on the normalized log (a valid log is unchanged). On a
+    broken one the step's reading would differ from what is sent: pydantic-ai merges consecutive
+    requests, so the current prompt is the merged request's."""
     context = CompileContext(counter=COUNTER, budget=budget(limit) if limit is not None else None)
-    return fit_to_budget(**settings).apply(list(log), context)
+    return fit_to_budget(**settings).apply(normalize(list(log)), context)
 
 
 def tokens(messages: list[ModelMessage]) -> int:

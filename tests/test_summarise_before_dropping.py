@@ -29,21 +29,10 @@ from ._examples import examples
 from .builders import History, Tool, long_text
 from .realistic import prose
 from .strategies import histories
+from .test_presets import summarising
 
 WINDOW = 16_000
 STEPS = 40
-
-
-def summarising(name: str, window: int, *, ahead: bool) -> Any:
-    """`name` at `window` with a working summariser (the replay's extractive one), ahead or not."""
-    return profile(
-        name,
-        context_window=window,
-        reserved_output=400,
-        counter=HeuristicCounter(),
-        summary_model=extractive_summary_model(),
-        summary_ahead=ahead,
-    )
 
 
 def counting(calls: list[int]) -> FunctionModel:
@@ -300,7 +289,7 @@ async def test_fit_drops_nothing_a_summary_could_cover(
     searches (must go back whole) among the steps: whenever
     `fit_to_budget` drops steps, the summarising step said there was no room for a summary beside
     the task framing and the newest step."""
-    p = summarising(name, window, ahead=ahead)
+    p = summarising(name, window, summary_ahead=ahead)
     for end in range(1, len(log) + 1):
         if not isinstance(log[end - 1], ModelRequest):
             continue
@@ -351,7 +340,7 @@ async def test_what_a_summary_keeps_verbatim_counts_in_its_plan(ahead: bool) -> 
             text=f'Step {n}: ' + prose(200, seed=100 + n),
         )
     log = h.build()
-    p = summarising('long_horizon', 4_000, ahead=ahead)
+    p = summarising('long_horizon', 4_000, summary_ahead=ahead)
     summaries = 0
     for end in range(3, len(log) + 1, 2):
         await p.compile(log[:end])

@@ -206,7 +206,7 @@ class SummarizeWindow(AsyncPolicy):
     ahead: bool = False
     """Summarise ahead, in the background (on in every summarising preset): from `ahead_lead` on,
     the next shrink's summary is written while the model answers, and no request waits for the
-    summariser. Needs a profile (its background tasks)
+    summariser unless its view is over the limit even then (see `ahead_waits`). Needs a profile (its background tasks)
     and a budget; see `pydantic_ai_context.policies.summarize._summary_ahead`."""
     ahead_waits: bool = True
     """With `ahead`: when the view is over the limit even with every summary already made, make the

@@ -232,14 +232,7 @@ def _chain(
         return _Chain(
             zones.start, zones.previous, policy.ledger.count(messages, 0, len(messages), context.counter)
         )
-    counter = context.counter
-    projected = (
-        _fixed(policy, zones, context)
-        + policy.ledger.text_tokens(counter, previous)
-        + policy.ledger.count(messages, start, len(messages), context.counter)
-        + policy.kept(messages, zones, context)(start)
-    )
-    return _Chain(start, previous, projected)
+    return _Chain(start, previous, _view_tokens(policy, messages, zones, previous, start, context))
 
 
 def _marks(policy: AheadPolicy, context: CompileContext) -> tuple[int, int, int] | None:
@@ -437,7 +430,9 @@ async def instead_of_waiting(
         start_if_due(policy, messages, zones, model, context)
         interim = _interim(policy, messages, zones, chain, conversation, model, context)
     if interim is not None and not (
-        over and policy.ahead_waits and _size(policy, messages, zones, interim, context) > budget.limit
+        over
+        and policy.ahead_waits
+        and _view_tokens(policy, messages, zones, interim.text, interim.end, context) > budget.limit
     ):
         return interim
     if over and policy.ahead_waits:
@@ -456,21 +451,22 @@ async def instead_of_waiting(
     return KEEP
 
 
-def _size(
+def _view_tokens(
     policy: AheadPolicy,
     messages: Sequence[ModelMessage],
     zones: Zones,
-    interim: Interim,
+    text: str | None,
+    end: int,
     context: CompileContext,
 ) -> int:
-    """Tokens of the interim view: the framing, the marker (after the chain's summary), the tail and
-    what a summary keeps verbatim beside it."""
+    """Tokens of the view with `text` (a summary, or an interim marker) standing for the messages
+    up to `end`: the framing, the text, the tail and what a summary keeps verbatim beside it."""
     counter = context.counter
     return (
         _fixed(policy, zones, context)
-        + policy.ledger.text_tokens(counter, interim.text)
-        + policy.ledger.count(messages, interim.end, len(messages), counter)
-        + policy.kept(messages, zones, context)(interim.end)
+        + policy.ledger.text_tokens(counter, text)
+        + policy.ledger.count(messages, end, len(messages), counter)
+        + policy.kept(messages, zones, context)(end)
     )
 
 

@@ -418,6 +418,27 @@ async def test_a_log_whose_first_prompt_is_tool_content_reads_it_back_once_maske
     assert 'm1.py 39: ' in read_context(first, view, p.archive, limit=100_000)
 
 
+async def test_a_log_opening_with_a_step_normalize_drops_reads_its_records_back() -> None:
+    # The log opens with a response (dropped from every view) and the result of its call beside a
+    # screenshot: in the view that screenshot is the first prompt, so it names the conversation.
+    h = History()
+    h.step(Tool('read_file', {'path': 'a.py'}, 'ok'))
+    h.answer('Read.')
+    h.user('task 1: now b.py')
+    h.step(Tool('read_file', {'path': 'b.py'}, long_text(40, prefix='b.py')))
+    h.answer('b.py is fine.')
+    h.user('task 2: thanks')
+    log = h.build()
+    screenshot = UserPromptPart(['screenshot:', BinaryContent(PNG, media_type='image/png')])
+    log[1] = ModelRequest(parts=[*log[1].parts, screenshot])
+    p = make('long_horizon', 6_000, reserved_output=500)
+    view = await p.compile(log)
+    refs = refs_in(view)
+    assert refs, 'the finished runs are isolated into records'
+    for ref in refs:
+        read_context(ref, view, p.archive, limit=100_000)
+
+
 async def test_one_profile_keeps_conversations_apart() -> None:
     """A profile serving two conversations (1.x-style, side store) never reads one's originals in the other."""
     p = make('coding', 128_000, keep_recent=1, step=1)

@@ -21,6 +21,7 @@ from typing import Any, Final, Protocol
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 
 from . import _boundaries, _native_tools, _parts, _scope
+from ._compaction import holds_provider_part
 from ._memo import ObjectMemo
 
 READ_CONTEXT: Final = 'read_context'
@@ -112,14 +113,33 @@ def _first_request(messages: Sequence[ModelMessage]) -> ModelRequest | None:
     """The request holding the first user prompt (kept verbatim in every view, DESIGN.md invariant 1);
     content a tool returned beside its results is no prompt (a view may mask it with the results)."""
     first: ModelRequest | None = None
-    for message in messages:
+    for i, message in enumerate(messages):
         if not isinstance(message, ModelRequest):
             continue
         if first is None:
             first = message
-        if _boundaries.has_prompt(message):
+        if _opens(messages, i):
             return message
     return first
+
+
+def _opens(messages: Sequence[ModelMessage], i: int) -> bool:
+    """Whether request `messages[i]` holds a user prompt as every view has it: not content a tool
+    returned beside its results (a view may mask it with them), unless `normalize` drops those
+    results (their call is not in the response before, or that response leads the log and is
+    dropped with it), which leaves the prompt a prompt."""
+    message = messages[i]
+    if not _parts.has_user_prompt(message):
+        return False
+    if _boundaries.has_prompt(message):
+        return True
+    before = messages[i - 1] if i else None
+    calls = {c.tool_call_id for c in _parts.tool_calls(before)} if before is not None else set()
+    if not any(r.tool_call_id in calls for r in _parts.tool_results(message)):
+        return True
+    assert before is not None
+    leading = not any(isinstance(m, ModelRequest) for m in messages[: i - 1])
+    return leading and not holds_provider_part(before)
 
 
 def conversation_key(messages: Sequence[ModelMessage]) -> str:
@@ -127,8 +147,8 @@ def conversation_key(messages: Sequence[ModelMessage]) -> str:
     view of the log shares, but two conversations that open alike share too (see `conversation_identity`).
     Content a tool returned beside its results is no prompt: a view may mask it with the results.
     """
-    for message in messages:
-        if not _boundaries.has_prompt(message):
+    for i, message in enumerate(messages):
+        if not _opens(messages, i):
             continue
         assert isinstance(message, ModelRequest)
         written = _written_here(message)

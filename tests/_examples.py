@@ -17,3 +17,9 @@ SCALE = float(os.environ.get('PAC_EXAMPLES_SCALE', '1'))
 def examples(n: int) -> int:
     """`n` examples at scale 1; never fewer than 3."""
     return max(3, math.ceil(n * SCALE))
+
+
+def every(n: int) -> int:
+    """A check made on every `n`-th item at scale 1 (a fresh compile beside an incremental one) is
+    made on every `n / scale`-th below it: a quarter of the checks in the version legs."""
+    return max(1, math.ceil(n / min(SCALE, 1.0))) if SCALE > 0 else n

@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import json
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic_ai.messages import ModelMessage, UserPromptPart
 
-from pydantic_ai_context import HeuristicCounter, _offload, profile
+from pydantic_ai_context import ContextProfile, HeuristicCounter, TiktokenCounter, _offload, profile, profiles
 from pydantic_ai_context._offload import new_messages, warm_off_loop
 from pydantic_ai_context.integrity import validate_view
+from pydantic_ai_context.policies._base import SyncPolicy
+from pydantic_ai_context.tokens import pieces
+from pydantic_ai_context.views import CompileContext
 
+from ._examples import examples
 from .builders import History, Tool, long_text
+from .strategies import any_histories
+from .test_presets import make
+from .test_warm import views_and_reasons
 
 
 class ThreadNoting(HeuristicCounter):
@@ -90,3 +101,153 @@ def test_every_shape_the_overhead_benchmark_times_is_a_valid_history_of_its_size
         assert len(prompts) >= 200 // 18
     if shape == 'interleaved':  # four conversations, told apart by their opening
         assert len({str(log[0]) for log in logs}) == 4
+
+
+class NotingThreads(SyncPolicy):
+    """A synchronous policy of the kind a profile may run off the loop; notes where it ran."""
+
+    name = 'noting_threads'
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+
+    def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
+        self.threads.append(threading.current_thread())
+        return messages
+
+
+def chat_with_tools(runs: int) -> list[ModelMessage]:
+    h = History().user('task 0: look at the parser', system='You are a coding agent.')
+    for run in range(runs):
+        for i in range(3):
+            h.step(Tool('execute_bash', {'command': f'pytest tests/test_{run}_{i}.py'}, long_text(20)))
+        h.answer(f'Run {run} done.')
+        h.user(f'task {run + 1}: the next module')
+    return h.build()
+
+
+async def test_a_long_log_is_compiled_in_a_worker_thread_and_a_short_one_on_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    noting = NotingThreads()
+    p = ContextProfile(name='noting', steps=(noting,), counter=HeuristicCounter())
+    log = chat_with_tools(4)
+    await p.compile(log)
+    assert noting.threads == [threading.main_thread()]
+    monkeypatch.setattr(profiles, 'OFFLOAD_MESSAGES', len(log))
+    await p.compile(log)
+    assert noting.threads[-1] is not threading.main_thread()
+
+
+async def test_a_step_waiting_for_another_compiles_work_waits_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # While one compile's work holds the profile (in a worker thread), another compile of the same
+    # profile does not run the same policies beside it, nor block the loop waiting: it waits in a
+    # worker thread too.
+    noting = NotingThreads()
+    p = ContextProfile(name='noting', steps=(noting,), counter=HeuristicCounter())
+    p._work_lock.acquire()
+    try:
+        task = asyncio.create_task(p.compile(chat_with_tools(2)))
+        for _ in range(20):
+            await asyncio.sleep(0.005)  # the loop runs on
+        assert not task.done()
+        assert noting.threads == []
+    finally:
+        p._work_lock.release()
+    await task
+    assert len(noting.threads) == 1  # it ran once the lock was free
+
+
+@pytest.mark.parametrize('name', ['coding', 'long_horizon', 'chat'])
+@pytest.mark.parametrize('window', [128_000, 8_000])
+async def test_views_events_and_the_next_requests_are_the_same_off_the_loop(
+    name: str, window: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = chat_with_tools(10)
+    logs = [log[:k] for k in range(len(log) // 3, len(log) + 1, 7)] + [log]
+    on_loop = await views_and_reasons(make(name, window), logs)
+    monkeypatch.setattr(profiles, 'OFFLOAD_MESSAGES', 1)
+    off_loop = await views_and_reasons(make(name, window), logs)
+    assert off_loop == on_loop
+
+
+async def test_compiles_of_one_profile_running_at_once_give_the_views_each_gives_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(profiles, 'OFFLOAD_MESSAGES', 60)  # the longer conversations go off the loop
+    conversations = [chat_with_tools(runs) for runs in (2, 12, 5, 15)]
+    alone = [await make('coding', 8_000).compile(log) for log in conversations]
+    shared = make('coding', 8_000)
+    together = await asyncio.gather(*(shared.compile(log) for log in conversations))
+    assert list(together) == alone
+
+
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(log=any_histories, name=st.sampled_from(['coding', 'long_horizon', 'chat']))
+def test_any_log_compiles_to_the_same_view_off_the_loop(log: list[ModelMessage], name: str) -> None:
+    on_loop = asyncio.run(views_and_reasons(make(name, 6_000, reserved_output=500), [log]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(profiles, 'OFFLOAD_MESSAGES', 1)
+        off_loop = asyncio.run(views_and_reasons(make(name, 6_000, reserved_output=500), [log]))
+    assert off_loop == on_loop
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    text=st.lists(
+        st.sampled_from(
+            [
+                'a',
+                'Zq',
+                '1',
+                '42',
+                '\n',
+                '\r\n',
+                ' ',
+                '  ',
+                '\t',
+                'é',
+                '中',
+                '🙂',
+                "'s",
+                ':',
+                '/',
+                '\n\n',
+                '_',
+                '.',
+            ]
+        ),
+        max_size=400,
+    ).map(''.join),
+    size=st.integers(min_value=1, max_value=64),
+)
+def test_a_long_text_counted_in_pieces_counts_what_it_counts_whole(text: str, size: int) -> None:
+    counter = TiktokenCounter()
+    if counter.encoding is None:
+        pytest.skip('no tiktoken encoding loads here')
+    found = list(pieces(text, size))
+    assert ''.join(found) == text
+    encode = counter.encoding.encode_ordinary
+    assert sum(len(encode(piece)) for piece in found) == len(encode(text))
+
+
+def strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [s for item in items for s in strings(item)]
+
+
+def test_the_recorded_runs_count_the_same_in_pieces() -> None:
+    counter = TiktokenCounter()
+    if counter.encoding is None:
+        pytest.skip('no tiktoken encoding loads here')
+    encode = counter.encoding.encode_ordinary
+    for path in sorted((Path(__file__).parent / 'data' / 'trajectories').glob('*.json')):
+        text = '\n'.join(strings(json.loads(path.read_text())))  # file reads, logs, diffs, prose
+        found = list(pieces(text, 4_096))
+        assert len(found) > 10
+        assert sum(len(encode(piece)) for piece in found) == len(encode(text)), path.name
+        assert counter.count_text(text) == len(encode(text))

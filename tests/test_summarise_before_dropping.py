@@ -29,7 +29,7 @@ from ._examples import examples
 from .builders import History, Tool, long_text
 from .realistic import prose
 from .strategies import histories
-from .test_presets import summarising
+from .test_presets import kept_history, summarising
 
 WINDOW = 16_000
 STEPS = 40
@@ -293,6 +293,9 @@ async def test_fit_drops_nothing_a_summary_could_cover(
     for end in range(1, len(log) + 1):
         if not isinstance(log[end - 1], ModelRequest):
             continue
+        # The summariser runs in a worker thread (a plain function): a summary made ahead lands
+        # before the next request, as the model's answer lets it, not whenever the thread is done.
+        await p.settle_background()
         try:
             await p.compile(log[:end])
         except ContextBudgetExceeded:
@@ -354,3 +357,30 @@ async def test_what_a_summary_keeps_verbatim_counts_in_its_plan(ahead: bool) -> 
         await p.settle_background()
     await p.close_background()
     assert summaries >= 10
+
+
+async def test_a_view_the_ahead_path_projects_just_under_the_limit_makes_its_summary_when_over() -> None:
+    """A history the property above found (`chat` at 4,000, summaries made ahead, each landed
+    before the next request). At the 25th message the cached chain was projected at 3,496 tokens
+    against a limit of 3,520, so the step sent it rather than make the planned summary; the block
+    it built (the framing, the kept failure beside the summary) came to 3,524, and `fit_to_budget`
+    dropped 4 messages a summary could have covered. Counted, a view over the limit makes its
+    summary now."""
+    log = kept_history('summary_ahead_a_few_tokens_over.json')
+    p = summarising('chat', 4_000, summary_ahead=True)
+    checked = 0
+    for end in [n for n in range(1, len(log) + 1) if isinstance(log[n - 1], ModelRequest)]:
+        await p.settle_background()
+        try:
+            await p.compile(log[:end])
+        except ContextBudgetExceeded:
+            continue
+        events = p.last_compile_events
+        dropped = [e for e in events if e.details.get('dropped_messages')]
+        reasons = [e.no_summary for e in events if e.policy == 'summarize_window']
+        assert not dropped or reasons == [NO_ROOM], (end, [(e.policy, e.reason) for e in events])
+        checked += 1
+    assert checked >= 10
+    summarised = [e for e in p.events if e.policy == 'summarize_window' and e.details.get('summary_calls')]
+    assert summarised, 'the summariser was called'
+    await p.close_background()

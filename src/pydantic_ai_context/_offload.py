@@ -18,20 +18,29 @@ the loop as before (a thread hop costs more than it saves).
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
 
 from pydantic_ai.messages import ModelMessage
 
 from . import _parts
+from .policies._base import SyncPolicy
 from .policies._frontier import part_text_tokens
 from .tokens import TokenCounter, _MessageCounter
 
-__all__ = ('OFFLOAD_CHARS', 'new_messages', 'warm_off_loop')
+__all__ = ('OFFLOAD_CHARS', 'OFFLOAD_MESSAGES', 'StepRunner', 'new_messages', 'warm_off_loop')
+
+T = TypeVar('T')
 
 OFFLOAD_CHARS: Final = 200_000
 """New text (characters) from which a compile measures it in a worker thread: about 50 ms of
 tokenising on one core, the most a compile holds its loop for at a time by design."""
+OFFLOAD_MESSAGES: Final = 2_000
+"""Log length (messages) from which a compile runs its synchronous work in a worker thread: a
+steady compile of a longer log costs more than a few milliseconds (it grows with the log's
+finished runs and its view), and a first read of one costs seconds."""
 
 
 def new_messages(counter: _MessageCounter, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
@@ -90,3 +99,35 @@ async def warm_off_loop(
         return False
     await asyncio.to_thread(_measure, counter, fresh, also)
     return True
+
+
+@dataclass(eq=False)
+class StepRunner:
+    """Where one compile runs its synchronous work: on the loop, or, `off_loop`, in a worker thread.
+
+    The work of one profile runs one call at a time, under the profile's `lock`: its policies keep
+    state between calls (the previous call to extend, folds, plans), and while a compile's work is
+    in a worker thread, another compile on the loop must not run the same policies. A call that
+    finds the lock held waits for it in a worker thread, never on the loop. The calls of one
+    compile are the points where other compiles may run, as before: between steps.
+    """
+
+    lock: threading.Lock
+    off_loop: bool
+
+    def takes(self, step: Any) -> bool:
+        # This package's synchronous policies only: pure functions of their input and context,
+        # safe in a worker thread; a user's processor runs where pydantic-ai would run it.
+        return isinstance(step, SyncPolicy)
+
+    async def call(self, work: Callable[[], T]) -> T:
+        if not self.off_loop and self.lock.acquire(blocking=False):
+            try:
+                return work()
+            finally:
+                self.lock.release()
+        return await asyncio.to_thread(self._locked, work)
+
+    def _locked(self, work: Callable[[], T]) -> T:
+        with self.lock:
+            return work()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -36,7 +37,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 from ._compaction import window
 from .integrity import normalize
 from .policies._base import SyncPolicy
-from .views import CompileContext, Policy
+from .views import CompileContext, Policy, SyncWork
 
 __all__ = ('PIECE_SECONDS', 'WARM_MESSAGES', 'warm_prefixes')
 
@@ -64,11 +65,17 @@ def warmable(steps: Sequence[Any]) -> list[Policy]:
 
 
 async def warm_prefixes(
-    messages: Sequence[ModelMessage], steps: Sequence[Any], context: CompileContext, *, unread: int
+    messages: Sequence[ModelMessage],
+    steps: Sequence[Any],
+    context: CompileContext,
+    *,
+    unread: int,
+    work: SyncWork | None = None,
 ) -> int:
     """Run the leading synchronous `steps` on growing prefixes of `messages` that end among its
     `unread` newest messages (call inside the compile's scope), yielding to the loop after each;
-    returns how many prefixes were read."""
+    returns how many prefixes were read. `work`: where each piece runs (one call each, so other
+    compiles of the profile may run between pieces); by default on the loop."""
     policies = warmable(steps)
     if not policies:
         return 0
@@ -85,13 +92,15 @@ async def warm_prefixes(
     while at < len(cuts):
         # The furthest cut within a piece of the last prefix read, or at least the next one.
         nxt = max(bisect.bisect_right(cuts, done + piece) - 1, at)
-        started = time.perf_counter()
+        prefix = messages[: cuts[nxt]]
         try:
-            _run(messages[: cuts[nxt]], policies, context)
+            if work is None:
+                spent = _timed(prefix, policies, context)
+            else:
+                spent = await work.call(functools.partial(_timed, prefix, policies, context))
         except Exception as exc:  # reading ahead never decides what the compile returns or raises
             logger.debug('stopped reading the log in pieces at %d messages: %r', cuts[nxt], exc)
             return read
-        spent = time.perf_counter() - started
         added = cuts[nxt] - done
         done, at, read = cuts[nxt], nxt + 1, read + 1
         # The next piece takes about `piece_seconds` at this piece's cost per message (the work per
@@ -99,6 +108,12 @@ async def warm_prefixes(
         piece = max(floor, int(added * piece_seconds / max(spent, 1e-6)))
         await asyncio.sleep(0)
     return read
+
+
+def _timed(prefix: Sequence[ModelMessage], policies: Sequence[Policy], context: CompileContext) -> float:
+    started = time.perf_counter()
+    _run(prefix, policies, context)
+    return time.perf_counter() - started
 
 
 def _run(prefix: Sequence[ModelMessage], policies: Sequence[Policy], context: CompileContext) -> None:

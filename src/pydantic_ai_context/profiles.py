@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -29,7 +31,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from . import _registry, registry
 from ._compaction import window as compaction_window
 from ._markers import conversation_identity
-from ._offload import new_messages, warm_off_loop
+from ._offload import OFFLOAD_MESSAGES, StepRunner, new_messages, warm_off_loop
 from ._scope import MemoScope, compiling
 from ._warm import WARM_MESSAGES, warm_prefixes
 from .budget import DEFAULT_RESERVED_OUTPUT as _DEFAULT_RESERVED_OUTPUT
@@ -142,6 +144,8 @@ class ContextProfile(AbstractCapability[Any]):
     _overhead_memo: OverheadMemo = field(default_factory=OverheadMemo, init=False, compare=False)
     # The incremental state of the chain (see `_scope.MemoScope`): released with the profile.
     _scope: MemoScope = field(default_factory=MemoScope, init=False, compare=False)
+    _work_lock: threading.Lock = field(default_factory=threading.Lock, init=False, compare=False, repr=False)
+    """Held while this profile's synchronous work runs (see `_offload.StepRunner`)."""
     _archive: ContextArchive | None = field(default=None, init=False, compare=False)
     _tools: ReadbackTools = field(default_factory=ReadbackTools, init=False, compare=False)
     # Summaries written ahead in the background (see `policies.summarize._summary_ahead`): cancelled at the
@@ -235,57 +239,16 @@ class ContextProfile(AbstractCapability[Any]):
         `compact_messages` span on the run's tracer, and every compile ends with a
         `ContextUsageEvent` (also kept as `last_usage`).
         """
-        start_time = time.time_ns()
-        if model is None and ctx is not None:
-            model = getattr(ctx, 'model', None)
-        run_id = getattr(ctx, 'run_id', None) if ctx is not None else None
-        compile_id = self._events_room.next_id()
-        counter = self.counter_for(model)
-        unread = await _warm_off_loop(self, counter, messages, ctx, conversation)
-        # Inside the compile's scope: what is measured of the log (the newest instructions, the
-        # archive's lineage fingerprints) resumes from what was measured of the previous one.
-        with compiling(self._scope, messages) as generation:
-            overhead = self._gauge.overhead(messages, ctx, counter, parameters, self._overhead_memo)
-            if budget is None:
-                budget = self.budget_for(model, overhead=overhead)
-            sink = _sink(self, messages, whole_log=whole_log, ctx=ctx, conversation=conversation)
-            context = CompileContext(
-                counter=counter,
-                budget=budget,
-                run_id=run_id,
-                run_context=ctx,
-                model=self.summary_model if self.summary_model is not None else model,
-                log=messages,
-                originals=sink,
-                # Where the view replaces the run's history (pydantic-ai 1.x, `process_history()`), the
-                # next request no longer carries the log a summary made ahead covers: summarise in place.
-                background=self._background
-                if whole_log or ctx is None or self._background_outlives_runs
-                else None,
-            )
-            if unread >= WARM_MESSAGES:  # a long log read for the first time: in pieces that yield
-                await warm_prefixes(messages, self.steps, context, unread=unread)
-            happened, on_event = self._events_room.collector(self, compile_id)
-            view = await compile_view(
-                messages, self.steps, context, on_event=on_event, count_tokens=bool(self.event_handlers)
-            )
-            self._events_room.last_compile_id = compile_id
-            if sink is not None:
-                self.archive.compiled(sink, view)
-            ids = (self.name, run_id, compile_id)
-            self._gauge.trace(
-                ctx, ids, start_time=start_time, events=happened, log=messages, view=view, counter=counter
-            )
-            explicit = self.reserved_system is not None
-            usage = self._gauge.measure(
-                ids, view, messages, budget, counter, overhead=overhead, explicit=explicit
-            )
-            self._scope.seal(generation, view)
-        self._set_gauge(usage, overhead)
-        self._gauge.sent(run_id, view)
-        await self.deliver_background_events()
-        await self._dispatch(usage)
-        return view
+        return await _compile(
+            self,
+            messages,
+            ctx,
+            model=model,
+            budget=budget,
+            parameters=parameters,
+            whole_log=whole_log,
+            conversation=conversation,
+        )
 
     # --- summaries made ahead (see `policies.summarize._summary_ahead`) ----------------------------------
 
@@ -573,17 +536,143 @@ async def _warm_off_loop(
     messages: Sequence[ModelMessage],
     ctx: Any,
     conversation: str | None,
-) -> int:
+) -> tuple[int, StepRunner]:
     """Measure large new content in a worker thread before the steps (see `_offload`), with the
     archive's fingerprints where the compile will fingerprint the log (no id names its conversation).
-    Returns how many of the newest messages the counter had not counted before."""
+    Returns how many of the newest messages the counter had not counted before, and where the
+    compile's synchronous work runs: in a worker thread for a long log, a long unread tail or large
+    new content, so the loop is never held for long (DESIGN invariant 13)."""
     also: Callable[[ModelMessage], Any] | None = None
     named = conversation is not None or profile.archive.conversation is not None
     if profile.readback and not named and conversation_identity(messages, ctx) is None:
         also = profile.archive._fingerprint
     fresh = new_messages(counter, messages) if isinstance(counter, _MessageCounter) else []
-    await warm_off_loop(counter, messages, also=also, fresh=fresh)
-    return len(fresh)
+    large = await warm_off_loop(counter, messages, also=also, fresh=fresh)
+    off_loop = large or len(fresh) >= WARM_MESSAGES or len(messages) >= OFFLOAD_MESSAGES
+    return len(fresh), StepRunner(profile._work_lock, off_loop=off_loop)
+
+
+async def _compile(
+    profile: ContextProfile,
+    messages: Sequence[ModelMessage],
+    ctx: RunContext[Any] | None,
+    *,
+    model: Any,
+    budget: ContextBudget | None,
+    parameters: Any,
+    whole_log: bool,
+    conversation: str | None,
+) -> list[ModelMessage]:
+    """`ContextProfile.compile`."""
+    start_time = time.time_ns()
+    if model is None and ctx is not None:
+        model = getattr(ctx, 'model', None)
+    run_id = getattr(ctx, 'run_id', None) if ctx is not None else None
+    compile_id = profile._events_room.next_id()
+    counter = profile.counter_for(model)
+    unread, work = await _warm_off_loop(profile, counter, messages, ctx, conversation)
+    # Inside the compile's scope: what is measured of the log (the newest instructions, the
+    # archive's lineage fingerprints) resumes from what was measured of the previous one.
+    with compiling(profile._scope, messages) as generation:
+        overhead, resolved, sink = await work.call(
+            functools.partial(
+                _prepare, profile, messages, ctx, counter, parameters, model, budget, whole_log, conversation
+            )
+        )
+        context = CompileContext(
+            counter=counter,
+            budget=resolved,
+            run_id=run_id,
+            run_context=ctx,
+            model=profile.summary_model if profile.summary_model is not None else model,
+            log=messages,
+            originals=sink,
+            # Where the view replaces the run's history (pydantic-ai 1.x, `process_history()`), the
+            # next request no longer carries the log a summary made ahead covers: summarise in place.
+            background=profile._background
+            if whole_log or ctx is None or profile._background_outlives_runs
+            else None,
+        )
+        if unread >= WARM_MESSAGES:  # a long log read for the first time: in pieces
+            await warm_prefixes(messages, profile.steps, context, unread=unread, work=work)
+        happened, on_event = profile._events_room.collector(profile, compile_id)
+        view = await compile_view(
+            messages,
+            profile.steps,
+            context,
+            on_event=on_event,
+            count_tokens=bool(profile.event_handlers),
+            work=work,
+        )
+        profile._events_room.last_compile_id = compile_id
+        traced = functools.partial(
+            profile._gauge.trace,
+            ctx,
+            (profile.name, run_id, compile_id),
+            start_time=start_time,
+            events=happened,
+        )
+        usage = await work.call(
+            functools.partial(
+                _finish,
+                profile,
+                (traced, generation, sink, (profile.name, run_id, compile_id)),
+                view,
+                messages,
+                context,
+                overhead,
+            )
+        )
+    profile._set_gauge(usage, overhead)
+    profile._gauge.sent(run_id, view)
+    await profile.deliver_background_events()
+    await profile._dispatch(usage)
+    return view
+
+
+def _prepare(
+    profile: ContextProfile,
+    messages: Sequence[ModelMessage],
+    ctx: Any,
+    counter: TokenCounter,
+    parameters: Any,
+    model: Any,
+    budget: ContextBudget | None,
+    whole_log: bool,
+    conversation: str | None,
+) -> tuple[RequestOverhead, ContextBudget, Any]:
+    """What a compile measures before its steps: the request's overhead, the budget, the read-back sink."""
+    overhead = profile._gauge.overhead(messages, ctx, counter, parameters, profile._overhead_memo)
+    resolved = budget if budget is not None else profile.budget_for(model, overhead=overhead)
+    sink = _sink(profile, messages, whole_log=whole_log, ctx=ctx, conversation=conversation)
+    return overhead, resolved, sink
+
+
+def _finish(
+    profile: ContextProfile,
+    compiled: tuple[Callable[..., Any], int, Any, tuple[str, Any, int]],
+    view: list[ModelMessage],
+    messages: Sequence[ModelMessage],
+    context: CompileContext,
+    overhead: RequestOverhead,
+) -> ContextUsageEvent:
+    """What a compile does with its view: keep the originals, trace, measure, and seal the scope."""
+    trace, generation, sink, ids = compiled
+    if sink is not None:
+        profile.archive.compiled(sink, view)
+    trace(log=messages, view=view, counter=context.counter)
+    assert context.budget is not None
+    usage = profile._gauge.measure(
+        ids,
+        view,
+        messages,
+        context.budget,
+        context.counter,
+        overhead=overhead,
+        explicit=profile.reserved_system is not None,
+    )
+    profile._scope.seal(generation, view)
+    return usage
 
 
 def _sink(

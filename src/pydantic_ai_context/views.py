@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -441,6 +442,19 @@ def _takes_run_context(step: Callable[..., Any]) -> bool:
     return False
 
 
+class SyncWork(Protocol):
+    """Where a compile runs its synchronous work (`ContextProfile` passes a `_offload.StepRunner`):
+    which steps it may take, and a call that runs a function there and returns its result."""
+
+    def takes(self, step: Step) -> bool:
+        """Whether `step`'s `apply` may run there (a synchronous policy of this package)."""
+        ...
+
+    async def call(self, work: Callable[[], Any]) -> Any:
+        """Run `work()` (on the loop or in a worker thread) and return its result."""
+        ...
+
+
 async def compile_view(
     messages: Sequence[ModelMessage],
     steps: Sequence[Step],
@@ -448,6 +462,7 @@ async def compile_view(
     *,
     on_event: Callable[[CompactionEvent], Awaitable[None]] | None = None,
     count_tokens: bool = False,
+    work: SyncWork | None = None,
 ) -> list[ModelMessage]:
     """Compile the reasoning view: normalize, then each step, normalizing after every step.
 
@@ -459,36 +474,69 @@ async def compile_view(
     `on_event` receives a `CompactionEvent` for every step that changed the view (and for the
     initial normalize when it repaired anything, and for a summarising step that fired and wrote
     no summary: its `no_summary` says why); tokens are counted for events only when
-    `count_tokens` is set.
+    `count_tokens` is set. `work`: where the opening normalize and the steps it `takes` run
+    (each with the normalize after it), one call each; the view is the same wherever they run.
     """
-    check_messages(messages)
-    # After a provider's own compaction the chain works on what the provider is sent: the standing
-    # prompt and the messages from its latest compaction part on (see `_compaction`).
-    original = list(window(messages))
-    view, repairs = normalize_with_repairs(original)
-    if on_event is not None and repairs:
-        await on_event(
-            _event('normalize', 'repaired the input', original, view, repairs, {}, context, count_tokens)
+    events = on_event is not None
+
+    def opening() -> tuple[list[ModelMessage], CompactionEvent | None]:
+        check_messages(messages)
+        # After a provider's own compaction the chain works on what the provider is sent: the standing
+        # prompt and the messages from its latest compaction part on (see `_compaction`).
+        original = list(window(messages))
+        view, repairs = normalize_with_repairs(original)
+        if not events or not repairs:
+            return view, None
+        return view, _event(
+            'normalize', 'repaired the input', original, view, repairs, {}, context, count_tokens
         )
+
+    view, event = await work.call(opening) if work is not None else opening()
+    if on_event is not None and event is not None:
+        await on_event(event)
     for step in steps:
         before = view
-        out = await run_step(step, before, context)
-        reason, details = context._take_notes()
-        if not _changed(before, out):
-            # The same messages: still valid, nothing to report, unless the step says why it fired
-            # and did nothing (a summarising step that wrote no summary, DESIGN invariant 14).
-            if on_event is not None and details.get('no_summary'):
-                await on_event(
-                    _event(step_name(step), reason, before, out, (), details, context, count_tokens)
-                )
-            continue
-        out, repairs = normalize_with_repairs(out)
-        if on_event is not None and _changed(before, out):
-            await on_event(
-                _event(step_name(step), reason, before, out, repairs, details, context, count_tokens)
+        if work is not None and work.takes(step):
+            view, event = await work.call(
+                functools.partial(_stepped, step, before, context, events, count_tokens)
             )
-        view = out
+        else:
+            out = await run_step(step, before, context)
+            view, event = _after_step(step, before, out, context, events, count_tokens)
+        if on_event is not None and event is not None:
+            await on_event(event)
     return view
+
+
+def _stepped(
+    step: Step, before: list[ModelMessage], context: CompileContext, events: bool, count_tokens: bool
+) -> tuple[list[ModelMessage], CompactionEvent | None]:
+    """A synchronous policy's step, and the normalize after it (`SyncWork.takes` said it is one)."""
+    out = step.apply(list(before), context)  # type: ignore[union-attr]
+    assert isinstance(out, list)
+    return _after_step(step, before, out, context, events, count_tokens)
+
+
+def _after_step(
+    step: Step,
+    before: list[ModelMessage],
+    out: list[ModelMessage],
+    context: CompileContext,
+    events: bool,
+    count_tokens: bool,
+) -> tuple[list[ModelMessage], CompactionEvent | None]:
+    """The view after a step (normalized when it changed anything), and the event to report."""
+    reason, details = context._take_notes()
+    if not _changed(before, out):
+        # The same messages: still valid, nothing to report, unless the step says why it fired
+        # and did nothing (a summarising step that wrote no summary, DESIGN invariant 14).
+        if events and details.get('no_summary'):
+            return before, _event(step_name(step), reason, before, out, (), details, context, count_tokens)
+        return before, None
+    out, repairs = normalize_with_repairs(out)
+    if events and _changed(before, out):
+        return out, _event(step_name(step), reason, before, out, repairs, details, context, count_tokens)
+    return out, None
 
 
 def _changed(before: Sequence[ModelMessage], after: Sequence[ModelMessage]) -> bool:

@@ -308,6 +308,8 @@ class SummarizeWindow(AsyncPolicy):
         interim: str | None = None  # summary ahead: a marker while the summary is on its way
         asked: int | None = None
         made_now = False  # summary ahead: over the limit, the summary is made in this request
+        made_from_ahead = False  # summary ahead: the reuse or marker stands in for the planned summary
+        planned: _summary_plan.Shrink | str | None = None
         if self.plans_by_budget(context):
             if self.ahead:  # --- summary ahead: file what landed under this view's keys ---
                 _summary_ahead.adopt(self, messages, zones, model, context)
@@ -329,6 +331,7 @@ class SummarizeWindow(AsyncPolicy):
                     end, interim = instead.end, instead.text
                 elif instead is not None:
                     end, reuse = instead[0], instead
+                made_from_ahead = True
         else:
             end = _summary_plan.span_end(
                 messages,
@@ -338,48 +341,29 @@ class SummarizeWindow(AsyncPolicy):
                 keep_current_run=self.keep_current_run,
                 step_messages=self.step_messages,
             )
-        unresolved = reading.unresolved_failures()
-        prompt_at = current_prompt(messages, run_id=context.run_id)  # the task at hand stays verbatim
-        kept = _kept(messages, zones.start, end, unresolved, reading, prompt_at)
-        while (
-            kept.loose_response_at is not None
-            and isinstance(messages[end], ModelResponse)
-            and end > zones.start
-        ):
-            # A kept response part with no call to pair with cannot sit before a tail that starts with a
-            # response; leave that message in the tail instead.
-            end = max([c for c in safe_cut_points(messages) if zones.start <= c <= kept.loose_response_at])
-            kept = _kept(messages, zones.start, end, unresolved, reading, prompt_at)
-        if end <= zones.start:
-            return _no_summary(messages, context, why, 'nothing new to summarise before the recent turns')
-        if interim is not None:
-            text, status = interim, 'fallback'
-        elif reuse is not None and reuse[0] == end:
-            covered = zones.log_index(end) - zones.head_log
-            context.note(f'{why}: reused the cached summary of {covered} messages', summary_calls=0)
-            text, status = reuse[1], 'summary'
-        else:
-            started, filed = time.perf_counter(), self._calls.filed
-            text, status = await self.summary(messages, zones, end, model, context, why, asked=asked)
-            if made_now and context.background is not None:
-                context.background.waited(time.perf_counter() - started, filed=self._calls.filed > filed)
-        if self.ahead:  # --- summary ahead: report the usage of the summaries made ahead ---
-            _summary_ahead.settle(self, messages, zones, end, model, context)
-        earlier = earlier_ref(messages, zones.start)
-        return assemble_block(
-            messages,
-            zones,
-            end,
-            kept,
-            text,
-            status,
-            self.role,
-            originals=context.originals,
-            ref=reading.span_ref(zones.start, end, earlier),
-            observations=reading.observations[end] - reading.observations[zones.start],
-            reuse=self._block,
-            reading=reading,
+        shortcut = self.ahead and (interim is not None or (reuse is not None and made_from_ahead))
+        plan = _Plan(end, reuse, interim, asked, made_now)
+        out, end = await _summarised(
+            self, messages, zones, reading, plan, why, model, context, settle=not shortcut
         )
+        if not shortcut:
+            return out
+        if (
+            self.ahead_waits
+            and isinstance(planned, _summary_plan.Shrink)
+            and context.budget is not None
+            and context.counter.count_messages(out) > context.budget.limit
+        ):
+            # The ahead path's projection (the framing, the text, the tail, what a summary keeps)
+            # is a few tokens off the block it builds; counted, this view is over the limit: the
+            # summary is made now, as `instead_of_waiting` does for a view projected over it.
+            await _summary_ahead.give_up_in_flight(self, zones, context)
+            context._take_notes()
+            plan = _Plan(planned.end, planned.reuse, None, planned.asked, True)
+            return (await _summarised(self, messages, zones, reading, plan, why, model, context))[0]
+        if out is not messages:
+            _summary_ahead.settle(self, messages, zones, end, model, context)
+        return out
 
     # --- what the planning and the summaries made ahead ask (see `_summary_ahead.AheadPolicy`) ---
 
@@ -562,6 +546,77 @@ def _plan_shrink(
         grid,
         kept=policy.kept(messages, zones, context),
     )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a pass settled on: the span's end, the cached summary or interim marker standing for it,
+    the size to ask for, and whether the summary is made in this request."""
+
+    end: int
+    reuse: tuple[int, str] | None
+    interim: str | None
+    asked: int | None
+    made_now: bool
+
+
+async def _summarised(
+    policy: SummarizeWindow,
+    messages: list[ModelMessage],
+    zones: Zones,
+    reading: Reading,
+    plan: _Plan,
+    why: str,
+    model: Any,
+    context: CompileContext,
+    *,
+    settle: bool = True,
+) -> tuple[list[ModelMessage], int]:
+    """The view with the span up to `plan.end` replaced by its summary block, and where the span
+    ended (a kept response may move it back). `settle`: note the usage of the summaries made ahead
+    the block uses (`_summary_ahead.settle`)."""
+    end, reuse, interim, asked, made_now = plan.end, plan.reuse, plan.interim, plan.asked, plan.made_now
+    unresolved = reading.unresolved_failures()
+    prompt_at = current_prompt(messages, run_id=context.run_id)  # the task at hand stays verbatim
+    kept = _kept(messages, zones.start, end, unresolved, reading, prompt_at)
+    while (
+        kept.loose_response_at is not None and isinstance(messages[end], ModelResponse) and end > zones.start
+    ):
+        # A kept response part with no call to pair with cannot sit before a tail that starts with a
+        # response; leave that message in the tail instead.
+        end = max([c for c in safe_cut_points(messages) if zones.start <= c <= kept.loose_response_at])
+        kept = _kept(messages, zones.start, end, unresolved, reading, prompt_at)
+    if end <= zones.start:
+        return _no_summary(messages, context, why, 'nothing new to summarise before the recent turns'), end
+    if interim is not None:
+        text, status = interim, 'fallback'
+    elif reuse is not None and reuse[0] == end:
+        covered = zones.log_index(end) - zones.head_log
+        context.note(f'{why}: reused the cached summary of {covered} messages', summary_calls=0)
+        text, status = reuse[1], 'summary'
+    else:
+        started, filed = time.perf_counter(), policy._calls.filed
+        text, status = await policy.summary(messages, zones, end, model, context, why, asked=asked)
+        if made_now and context.background is not None:
+            context.background.waited(time.perf_counter() - started, filed=policy._calls.filed > filed)
+    if policy.ahead and settle:  # --- summary ahead: report the usage of the summaries made ahead ---
+        _summary_ahead.settle(policy, messages, zones, end, model, context)
+    earlier = earlier_ref(messages, zones.start)
+    view = assemble_block(
+        messages,
+        zones,
+        end,
+        kept,
+        text,
+        status,
+        policy.role,
+        originals=context.originals,
+        ref=reading.span_ref(zones.start, end, earlier),
+        observations=reading.observations[end] - reading.observations[zones.start],
+        reuse=policy._block,
+        reading=reading,
+    )
+    return view, end
 
 
 def _no_summary(

@@ -75,6 +75,7 @@ __all__ = (
     'BackgroundSummaries',
     'Interim',
     'adopt',
+    'give_up_in_flight',
     'instead_of_waiting',
     'interim_held',
     'settle',
@@ -449,6 +450,19 @@ async def instead_of_waiting(
     if chain.start > zones.start and chain.previous is not None:
         return chain.start, chain.previous
     return KEEP
+
+
+async def give_up_in_flight(policy: AheadPolicy, zones: Zones, context: CompileContext) -> None:
+    """Cancel this policy's summary on its way for the conversation: the request makes its summary
+    now, and the one in flight would only duplicate it."""
+    registry = context.background
+    if registry is None:
+        return
+    pending = registry.in_flight(_conversation(policy, zones))
+    if _on_its_way(policy, pending):
+        assert pending is not None
+        assert pending.task is not None
+        await cancel([pending.task])
 
 
 def _view_tokens(

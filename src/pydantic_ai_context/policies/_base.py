@@ -13,6 +13,7 @@ from pydantic_ai.tools import RunContext
 from .._compaction import window
 from .._prefix import begins_with, first_difference
 from .._scope import MemoScope, active_generation, compiling
+from ..integrity import normalize
 from ..tokens import default_counter
 from ..views import CompileContext
 from ._frontier import counter_key
@@ -38,7 +39,8 @@ class SyncPolicy:
 
     Subclasses are dataclasses with a `name` and an `apply(messages, context)` method. Like a
     profile, a policy on its own acts on what a provider is sent after its own compaction
-    (`_compaction.window`).
+    (`_compaction.window`), normalized as a profile normalizes it (a broken history is repaired,
+    each repair logged on `pydantic_ai_context.integrity`), and returns a valid view.
     """
 
     name: str
@@ -49,13 +51,14 @@ class SyncPolicy:
     def __call__(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         scope = standalone_scope(self)
         with compiling(scope, messages) as generation:
-            view = self.apply(list(window(messages)), standalone_context(messages))
+            view = normalize(self.apply(normalize(window(messages)), standalone_context(messages)))
             scope.seal(generation, view)
         return view
 
 
 class AsyncPolicy:
-    """Mixin: `await policy(ctx, messages)` runs `apply` inside a pydantic-ai run (an async processor)."""
+    """Mixin: `await policy(ctx, messages)` runs `apply` inside a pydantic-ai run (an async processor),
+    on its input normalized as a profile normalizes it, and returns a valid view."""
 
     name: str
 
@@ -69,7 +72,7 @@ class AsyncPolicy:
         context.run_id = getattr(ctx, 'run_id', None)
         scope = standalone_scope(self)
         with compiling(scope, messages) as generation:
-            view = await self.apply(list(window(messages)), context)
+            view = normalize(await self.apply(normalize(window(messages)), context))
             scope.seal(generation, view)
         return view
 

@@ -18,8 +18,10 @@ the loop as before (a thread hop costs more than it saves).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -101,6 +103,12 @@ async def warm_off_loop(
     return True
 
 
+_WORKER: Final = ThreadPoolExecutor(max_workers=1, thread_name_prefix='pydantic-ai-context')
+"""The thread compiles run their work in: one for the process, so the state a compile reads (memos,
+folds) stays in one core's caches from one call to the next, as it does on the loop. Python runs
+one thread at a time anyway, and a profile's work runs one call at a time under its lock."""
+
+
 @dataclass(eq=False)
 class StepRunner:
     """Where one compile runs its synchronous work: on the loop, or, `off_loop`, in a worker thread.
@@ -108,8 +116,8 @@ class StepRunner:
     The work of one profile runs one call at a time, under the profile's `lock`: its policies keep
     state between calls (the previous call to extend, folds, plans), and while a compile's work is
     in a worker thread, another compile on the loop must not run the same policies. A call that
-    finds the lock held waits for it in a worker thread, never on the loop. The calls of one
-    compile are the points where other compiles may run, as before: between steps.
+    finds the lock held waits for it in the worker thread (`_WORKER`), never on the loop. The calls
+    of one compile are the points where other compiles may run, as before: between steps.
     """
 
     lock: threading.Lock
@@ -126,7 +134,8 @@ class StepRunner:
                 return work()
             finally:
                 self.lock.release()
-        return await asyncio.to_thread(self._locked, work)
+        context = contextvars.copy_context()  # the compile's scope, as `asyncio.to_thread` passes it
+        return await asyncio.get_running_loop().run_in_executor(_WORKER, context.run, self._locked, work)
 
     def _locked(self, work: Callable[[], T]) -> T:
         with self.lock:

@@ -474,47 +474,64 @@ async def compile_view(
     `on_event` receives a `CompactionEvent` for every step that changed the view (and for the
     initial normalize when it repaired anything, and for a summarising step that fired and wrote
     no summary: its `no_summary` says why); tokens are counted for events only when
-    `count_tokens` is set. `work`: where the opening normalize and the steps it `takes` run
-    (each with the normalize after it), one call each; the view is the same wherever they run.
+    `count_tokens` is set. `work`: where the opening normalize and the steps it `takes` run, each
+    run of consecutive such steps (with the normalize after each, and the opening normalize with
+    the first) in one call; the view and the events are the same wherever they run.
     """
     events = on_event is not None
 
-    def opening() -> tuple[list[ModelMessage], CompactionEvent | None]:
+    def opening() -> tuple[list[ModelMessage], list[CompactionEvent]]:
         check_messages(messages)
         # After a provider's own compaction the chain works on what the provider is sent: the standing
         # prompt and the messages from its latest compaction part on (see `_compaction`).
         original = list(window(messages))
         view, repairs = normalize_with_repairs(original)
         if not events or not repairs:
-            return view, None
-        return view, _event(
-            'normalize', 'repaired the input', original, view, repairs, {}, context, count_tokens
-        )
+            return view, []
+        return view, [
+            _event('normalize', 'repaired the input', original, view, repairs, {}, context, count_tokens)
+        ]
 
-    view, event = await work.call(opening) if work is not None else opening()
-    if on_event is not None and event is not None:
-        await on_event(event)
-    for step in steps:
-        before = view
-        if work is not None and work.takes(step):
-            view, event = await work.call(
-                functools.partial(_stepped, step, before, context, events, count_tokens)
+    def run(
+        group: Sequence[Step], view: list[ModelMessage] | None
+    ) -> tuple[list[ModelMessage], list[CompactionEvent]]:
+        happened: list[CompactionEvent] = []
+        if view is None:
+            view, happened = opening()
+        for step in group:
+            out = step.apply(list(view), context)  # type: ignore[union-attr]
+            assert isinstance(out, list)
+            view, event = _after_step(step, view, out, context, events, count_tokens)
+            if event is not None:
+                happened.append(event)
+        return view, happened
+
+    view: list[ModelMessage] | None = None
+    at = 0
+    while True:
+        group: list[Step] = []
+        while work is not None and at < len(steps) and work.takes(steps[at]):
+            group.append(steps[at])
+            at += 1
+        if group or view is None:
+            view, happened = await (
+                work.call(functools.partial(run, group, view)) if work is not None else _now(run, group, view)
             )
-        else:
-            out = await run_step(step, before, context)
-            view, event = _after_step(step, before, out, context, events, count_tokens)
+            if on_event is not None:
+                for event in happened:
+                    await on_event(event)
+        if at >= len(steps):
+            return view
+        step = steps[at]
+        at += 1
+        out = await run_step(step, view, context)
+        view, event = _after_step(step, view, out, context, events, count_tokens)
         if on_event is not None and event is not None:
             await on_event(event)
-    return view
 
 
-def _stepped(
-    step: Step, before: list[ModelMessage], context: CompileContext, events: bool, count_tokens: bool
-) -> tuple[list[ModelMessage], CompactionEvent | None]:
-    """A synchronous policy's step, and the normalize after it (`SyncWork.takes` said it is one)."""
-    out = step.apply(list(before), context)  # type: ignore[union-attr]
-    assert isinstance(out, list)
-    return _after_step(step, before, out, context, events, count_tokens)
+async def _now(function: Callable[..., Any], *args: Any) -> Any:
+    return function(*args)
 
 
 def _after_step(

@@ -19,6 +19,7 @@ from pydantic_ai_context import ContextProfile, HeuristicCounter, TiktokenCounte
 from pydantic_ai_context._offload import new_messages, warm_off_loop
 from pydantic_ai_context.integrity import validate_view
 from pydantic_ai_context.policies._base import SyncPolicy
+from pydantic_ai_context.readback import archive
 from pydantic_ai_context.tokens import pieces
 from pydantic_ai_context.views import CompileContext
 
@@ -251,3 +252,26 @@ def test_the_recorded_runs_count_the_same_in_pieces() -> None:
         assert len(found) > 10
         assert sum(len(encode(piece)) for piece in found) == len(encode(text)), path.name
         assert counter.count_text(text) == len(encode(text))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(text=st.text(max_size=300), piece=st.integers(min_value=1, max_value=40))
+def test_a_long_original_escaped_in_pieces_is_the_json_of_it_whole(text: str, piece: int) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(archive, '_ESCAPE_PIECE', piece)
+        assert archive._encoded_text(text) == json.dumps(text, ensure_ascii=False)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(value=json_values, piece=st.integers(min_value=1, max_value=16))
+def test_a_message_with_long_text_is_archived_as_the_json_of_it_whole(value: Any, piece: int) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(archive, '_ESCAPE_PIECE', piece)
+        assert archive._json_of(value) == json.dumps(value, ensure_ascii=False)

@@ -33,6 +33,29 @@ from .._scope import resumed_fold
 __all__ = ('ContextArchive', 'MemoryReadbackStore', 'ReadbackStore')
 
 _encode_string = json.encoder.encode_basestring
+_ESCAPE_PIECE = 1 << 20
+
+
+def _json_of(value: Any) -> str:
+    """`json.dumps(value, ensure_ascii=False)` of plain JSON data, its long strings escaped in pieces
+    (`_encoded_text`): a message holding a 30 MB tool output is one call of about 100 ms otherwise."""
+    if isinstance(value, str):
+        return _encoded_text(value)
+    if isinstance(value, dict):
+        return '{' + ', '.join(f'{_encode_string(str(k))}: {_json_of(v)}' for k, v in value.items()) + '}'
+    if isinstance(value, list):
+        return '[' + ', '.join(_json_of(v) for v in value) + ']'
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _encoded_text(text: str) -> str:
+    """`_encode_string(text)`, escaped a megabyte of characters at a time (escaping is per character,
+    so the pieces join into the same string)."""
+    if len(text) <= _ESCAPE_PIECE:
+        return _encode_string(text)
+    pieces = (_encode_string(text[i : i + _ESCAPE_PIECE])[1:-1] for i in range(0, len(text), _ESCAPE_PIECE))
+    return '"' + ''.join(pieces) + '"'
+
 
 logger = logging.getLogger('pydantic_ai_context.archive')
 
@@ -338,11 +361,12 @@ class ContextArchive:
         key = f'{_RESULT_KEY}{conversation}/{ref}'
         if key in self._written or is_readback(part):
             return
-        value = {
-            'tool': getattr(part, 'tool_name', None) or '',
-            'text': _native_tools.result_text(part),
-        }
-        self._put(key, json.dumps(value, ensure_ascii=False))
+        tool = getattr(part, 'tool_name', None) or ''
+        text = _native_tools.result_text(part)
+        # `json.dumps({'tool': tool, 'text': text}, ensure_ascii=False)`, the text escaped in pieces:
+        # one call over a 30 MB output holds the GIL for about 100 ms (compiles run it in a worker
+        # thread, but the event loop waits for the GIL all the same).
+        self._put(key, f'{{"tool": {_encode_string(tool)}, "text": {_encoded_text(text)}}}')
 
     def keep_span(
         self,
@@ -386,7 +410,8 @@ class ContextArchive:
         found = self._encoded.get(message)
         if found is None:
             item = ModelMessagesTypeAdapter.dump_python([message], mode='json')[0]
-            found = json.dumps(item, ensure_ascii=False)
+            large = sum(len(_parts.part_text(part)) for part in message.parts) > _ESCAPE_PIECE
+            found = _json_of(item) if large else json.dumps(item, ensure_ascii=False)
             if remember:
                 self._encoded.put(message, found, size=len(found))
         return found

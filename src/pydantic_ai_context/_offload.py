@@ -1,9 +1,11 @@
-"""Heavy work off the event loop: what a compile would measure of new content, measured in a worker thread first.
+"""Heavy work off the event loop: new content measured in a worker thread first, and a long log's
+synchronous work run in the worker thread (`StepRunner`).
 
-A compile is `async`, but its steps are synchronous Python on the loop thread. Most of a steady
-compile is small (the folds resume from the previous one), but measuring *new* content is not:
-tokenising a 30 MB tool result, or every message of a long log read for the first time, holds the
-loop for seconds, and every other conversation on it waits (DESIGN invariant 13).
+A compile is `async`, but its steps are synchronous Python. Most of a steady compile is small (the
+folds resume from the previous one), but measuring *new* content is not: tokenising a 30 MB tool
+result, or every message of a long log read for the first time, holds the loop for seconds, and
+every other conversation on it waits (DESIGN invariant 13). Nor is a steady compile of tens of
+thousands of messages (tens to hundreds of milliseconds).
 
 `warm_off_loop` runs before the steps. It finds the newest messages the token counter has not
 counted (walking back from the end to the first it has: at a steady compile, the one or two a run
@@ -13,6 +15,10 @@ part (what the compaction frontier weighs), together with the read-back archive'
 All are memoised per object, so the steps that follow find them and measure nothing again: the
 view is the same either way, only where the work ran differs. Smaller new content is measured on
 the loop as before (a thread hop costs more than it saves).
+
+`StepRunner` then runs the compile's own synchronous work (normalizing, this package's synchronous
+policies, the archive and the gauge) in the worker thread when the log is long, much of it is
+unread, or its new content is large; on the loop otherwise.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """The first read of a long log, in pieces that yield: the chain's synchronous steps run on growing
 prefixes of the log before the compile, so the compile itself resumes from them.
 
-A compile's steps are synchronous Python on the event loop. Read for the first time (a resumed
-session, a process restart, a conversation this profile has not seen), a log of tens of thousands of
-messages holds the loop for seconds: every other conversation on it waits (DESIGN invariant 13).
+A compile's steps are synchronous Python. Read for the first time (a resumed session, a process
+restart, a conversation this profile has not seen), a log of tens of thousands of messages takes
+seconds; the compile runs that work in the worker thread (`_offload.StepRunner`), one call per
+piece, so other conversations on the same profile are compiled between pieces rather than after
+the whole read.
 Every step is made to resume from its previous call when the log only grew (folds, `LastCall`,
 memos per message), and what it then returns is what a fresh pass returns. So `warm_prefixes` runs
 the leading synchronous steps (up to the first step that is not a synchronous `Policy`: a
 summariser, a user's processor) on prefixes of the log that end on a request, each about
-`PIECE_SECONDS` of work, and yields to the loop between them; the compile that follows finds each
+`PIECE_SECONDS` of work, one `work.call` each; the compile that follows finds each
 step's previous call one piece behind and only reads the last piece. The view is the same either way.
 
 The pieces run inside the compile's scope (the same generation) with the compile's context, the

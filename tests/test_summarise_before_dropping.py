@@ -290,22 +290,29 @@ async def test_fit_drops_nothing_a_summary_could_cover(
     `fit_to_budget` drops steps, the summarising step said there was no room for a summary beside
     the task framing and the newest step."""
     p = summarising(name, window, summary_ahead=ahead)
+    await compile_checking_drops(p, log)
+    await p.close_background()
+
+
+async def compile_checking_drops(p: Any, log: list[ModelMessage]) -> int:
+    """Compile `log` request after request, letting summaries made ahead land between requests;
+    whenever `fit_to_budget` drops steps, the summarising step must have said there was no room
+    for a summary. Returns how many requests compiled."""
+    compiled = 0
     for end in range(1, len(log) + 1):
         if not isinstance(log[end - 1], ModelRequest):
             continue
-        # The summariser runs in a worker thread (a plain function): a summary made ahead lands
-        # before the next request, as the model's answer lets it, not whenever the thread is done.
-        await p.settle_background()
         try:
             await p.compile(log[:end])
         except ContextBudgetExceeded:
             continue
+        compiled += 1
         events = p.last_compile_events
         if any(e.details.get('dropped_messages') for e in events):
             reasons = [e.no_summary for e in events if e.policy == 'summarize_window']
             assert reasons == [NO_ROOM], (end, [(e.policy, e.reason) for e in events])
         await p.settle_background()
-    await p.close_background()
+    return compiled
 
 
 def test_inspect_shows_why_no_summary_took_the_drop(
@@ -368,19 +375,7 @@ async def test_a_view_the_ahead_path_projects_just_under_the_limit_makes_its_sum
     summary now."""
     log = kept_history('summary_ahead_a_few_tokens_over.json')
     p = summarising('chat', 4_000, summary_ahead=True)
-    checked = 0
-    for end in [n for n in range(1, len(log) + 1) if isinstance(log[n - 1], ModelRequest)]:
-        await p.settle_background()
-        try:
-            await p.compile(log[:end])
-        except ContextBudgetExceeded:
-            continue
-        events = p.last_compile_events
-        dropped = [e for e in events if e.details.get('dropped_messages')]
-        reasons = [e.no_summary for e in events if e.policy == 'summarize_window']
-        assert not dropped or reasons == [NO_ROOM], (end, [(e.policy, e.reason) for e in events])
-        checked += 1
-    assert checked >= 10
+    assert await compile_checking_drops(p, log) >= 10
     summarised = [e for e in p.events if e.policy == 'summarize_window' and e.details.get('summary_calls')]
     assert summarised, 'the summariser was called'
     await p.close_background()

@@ -605,24 +605,23 @@ async def _compile(
             work=work,
         )
         profile._events_room.last_compile_id = compile_id
-        traced = functools.partial(
-            profile._gauge.trace,
-            ctx,
-            (profile.name, run_id, compile_id),
-            start_time=start_time,
-            events=happened,
-        )
-        usage = await work.call(
-            functools.partial(
-                _finish,
-                profile,
-                (traced, generation, sink, (profile.name, run_id, compile_id)),
-                view,
-                messages,
-                context,
-                overhead,
+        ids = (profile.name, run_id, compile_id)
+
+        def finish() -> ContextUsageEvent:
+            # What a compile does with its view: keep the originals, trace, measure, seal the scope.
+            if sink is not None:
+                profile.archive.compiled(sink, view)
+            profile._gauge.trace(
+                ctx, ids, start_time=start_time, events=happened, log=messages, view=view, counter=counter
             )
-        )
+            explicit = profile.reserved_system is not None
+            usage = profile._gauge.measure(
+                ids, view, messages, resolved, counter, overhead=overhead, explicit=explicit
+            )
+            profile._scope.seal(generation, view)
+            return usage
+
+        usage = await work.call(finish)
     profile._set_gauge(usage, overhead)
     profile._gauge.sent(run_id, view)
     await profile.deliver_background_events()
@@ -646,33 +645,6 @@ def _prepare(
     resolved = budget if budget is not None else profile.budget_for(model, overhead=overhead)
     sink = _sink(profile, messages, whole_log=whole_log, ctx=ctx, conversation=conversation)
     return overhead, resolved, sink
-
-
-def _finish(
-    profile: ContextProfile,
-    compiled: tuple[Callable[..., Any], int, Any, tuple[str, Any, int]],
-    view: list[ModelMessage],
-    messages: Sequence[ModelMessage],
-    context: CompileContext,
-    overhead: RequestOverhead,
-) -> ContextUsageEvent:
-    """What a compile does with its view: keep the originals, trace, measure, and seal the scope."""
-    trace, generation, sink, ids = compiled
-    if sink is not None:
-        profile.archive.compiled(sink, view)
-    trace(log=messages, view=view, counter=context.counter)
-    assert context.budget is not None
-    usage = profile._gauge.measure(
-        ids,
-        view,
-        messages,
-        context.budget,
-        context.counter,
-        overhead=overhead,
-        explicit=profile.reserved_system is not None,
-    )
-    profile._scope.seal(generation, view)
-    return usage
 
 
 def _sink(

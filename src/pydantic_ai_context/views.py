@@ -514,9 +514,10 @@ async def compile_view(
             group.append(steps[at])
             at += 1
         if group or view is None:
-            view, happened = await (
-                work.call(functools.partial(run, group, view)) if work is not None else _now(run, group, view)
-            )
+            if work is not None:
+                view, happened = await work.call(functools.partial(run, group, view))
+            else:
+                view, happened = run(group, view)
             if on_event is not None:
                 for event in happened:
                     await on_event(event)
@@ -528,10 +529,6 @@ async def compile_view(
         view, event = _after_step(step, view, out, context, events, count_tokens)
         if on_event is not None and event is not None:
             await on_event(event)
-
-
-async def _now(function: Callable[..., Any], *args: Any) -> Any:
-    return function(*args)
 
 
 def _after_step(

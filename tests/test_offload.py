@@ -13,9 +13,23 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic_ai.messages import ModelMessage, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    UserPromptPart,
+)
 
-from pydantic_ai_context import ContextProfile, HeuristicCounter, TiktokenCounter, _offload, profile, profiles
+from pydantic_ai_context import (
+    ContextProfile,
+    HeuristicCounter,
+    TiktokenCounter,
+    _offload,
+    _scope,
+    profile,
+    profiles,
+)
 from pydantic_ai_context._offload import new_messages, warm_off_loop
 from pydantic_ai_context.integrity import validate_view
 from pydantic_ai_context.policies._base import SyncPolicy
@@ -275,3 +289,54 @@ def test_a_message_with_long_text_is_archived_as_the_json_of_it_whole(value: Any
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(archive, '_ESCAPE_PIECE', piece)
         assert archive._json_of(value) == json.dumps(value, ensure_ascii=False)
+
+
+def stored(store: archive.MemoryReadbackStore) -> dict[str, Any]:
+    return {key: json.loads(value) for key, value in store._entries.items()}
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    log=any_histories,
+    ends=st.lists(st.integers(min_value=1, max_value=80), min_size=1, max_size=5),
+    earlier=st.booleans(),
+    edit=st.booleans(),
+)
+def test_a_span_kept_again_longer_is_stored_as_when_kept_once(
+    log: list[ModelMessage], ends: list[int], earlier: bool, edit: bool
+) -> None:
+    # A summary over a growing log keeps a span that begins with the previous one: the archive
+    # encodes only the new messages, and what it stores is what a fresh archive stores.
+    items: list[ModelMessage | str] = [*(['s0ld'] if earlier else []), *log]
+    spans = [items[: min(end, len(items))] for end in sorted(ends)]
+    grown = archive.ContextArchive()
+    encoded: list[Any] = []
+    encode = grown._message_json
+    grown._message_json = lambda message, **kw: encoded.append(message) or encode(message, **kw)  # type: ignore[method-assign]
+    scope = _scope.MemoScope()
+    for n, span in enumerate(spans):
+        last = span[-1] if span else None
+        edited = edit and n == 1 and isinstance(last, ModelRequest | ModelResponse)
+        if edited:
+            # Edited in place between compiles: a new generation, so the span is encoded whole.
+            last.parts = [*last.parts]  # type: ignore[union-attr]
+            last.metadata = {'edited': n}  # type: ignore[union-attr]
+        encoded.clear()
+        with _scope.compiling(scope, log):
+            grown.keep_span(f's{n}', span, conversation='c')
+        before = 0 if n == 0 or edited else len(spans[n - 1])
+        assert encoded == [m for m in span[before:] if not isinstance(m, str)]
+        fresh = archive.ContextArchive()
+        fresh.keep_span(f's{n}', span, conversation='c')
+        key = f'{archive._SPAN_KEY}c/s{n}'
+        assert grown.store.get(key) == fresh.store.get(key)
+        assert stored(grown.store)[key] == {
+            'items': [
+                {'ref': item}
+                if isinstance(item, str)
+                else ModelMessagesTypeAdapter.dump_python([item], mode='json')[0]
+                for item in span
+            ]
+        }
+        results = {k for k in stored(fresh.store) if k.startswith(archive._RESULT_KEY)}
+        assert results <= set(stored(grown.store))

@@ -1026,3 +1026,46 @@ async def test_an_open_circuit_breaker_is_logged_once_then_at_debug(caplog: pyte
         # Summaries made ahead (2.x) try again while it is open, each refusal logged at DEBUG; on
         # 1.x the view replaces the history and no summary is tried ahead.
         assert quiet
+
+
+async def test_a_summary_made_ahead_starts_writing_once_its_compile_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its compile's work runs in a worker thread (every log here), leaving the loop free: the
+    # summary's prompt and an in-process summariser would run during the compile, and the request
+    # waiting for the view would wait for them too.
+    from pydantic_ai_context import _offload, profiles
+
+    monkeypatch.setattr(profiles, 'OFFLOAD_MESSAGES', 1)
+    call = _offload.StepRunner.call
+
+    async def leisurely(self: Any, work: Any) -> Any:
+        for _ in range(50):  # time enough for any task that is ready to run
+            await asyncio.sleep(0)
+        return await call(self, work)
+
+    monkeypatch.setattr(_offload.StepRunner, 'call', leisurely)
+    compiling_now = False
+    written_during: list[bool] = []
+
+    def summarise(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        written_during.append(compiling_now)
+        response: ModelResponse = extractive(messages, info)
+        return response
+
+    p = profile(
+        'long_horizon',
+        context_window=WINDOW,
+        counter=HeuristicCounter(),
+        summary_model=FunctionModel(summarise),
+    )
+    log = growing_log(60)
+    for end in range(3, len(log) + 1, 2):
+        compiling_now = True
+        await p.compile(log[:end])
+        compiling_now = False
+        await p.settle_background()
+    assert p._background.stats()['made'] >= 2
+    assert written_during
+    assert not any(written_during)
+    await p.close_background()

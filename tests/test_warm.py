@@ -19,7 +19,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from pydantic_ai_context import ContextBudgetExceeded, ContextProfile, profiles
+from pydantic_ai_context import ContextBudgetExceeded, ContextProfile, _scope, profiles
 from pydantic_ai_context import _warm as warm
 
 from ._examples import examples
@@ -140,3 +140,31 @@ async def test_a_steady_compile_reads_no_pieces(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(profiles, 'WARM_MESSAGES', 50)
     await p.compile(log)  # two new messages: nothing to read ahead
     assert read == []
+
+
+async def test_the_compile_after_a_read_in_pieces_resumes_every_fold(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The compile numbers its calls of a fold from the first piece's, so the hint of the n-th call
+    # names a fold of the first, short piece: it must not be taken over the fold of the whole log.
+    log = many_runs()
+    p = make('coding', 16_000)
+    read = pieces_read(monkeypatch)
+    monkeypatch.setattr(warm, 'PIECE_SECONDS', 10.0)  # a short first piece, then the rest at once
+    monkeypatch.setattr(warm, 'MAX_PIECES', 20)
+    await p.compile(log[:-2])
+    assert len(read) == 2
+    assert 4 <= read[0] < 20 < read[1]
+    monkeypatch.setattr(profiles, 'WARM_MESSAGES', 10**9)
+    fresh: list[int] = []
+    resume = _scope._resume
+
+    def spied(folds: Any, messages: Any, new: Any, order: Any = None) -> Any:
+        def made() -> Any:
+            fresh.append(len(messages))
+            return new()
+
+        return resume(folds, messages, made, order)
+
+    monkeypatch.setattr(_scope, '_resume', spied)
+    await p.compile(log)
+    assert [n for n in fresh if n > 20] == [], 'a fold of the long log was read again from the start'
+    await p.close_background()

@@ -391,6 +391,10 @@ def _resume(
     if hint in folds and folds[hint].messages:
         best_same = _shared(folds[hint].messages, messages)
         best, best_key = folds[hint], hint
+        if best_same < len(messages) // 2:
+            # Of no use here (the n-th call of the previous compile read another list: a compile
+            # after a first read in pieces numbers its calls from the first piece's): look further.
+            best, best_key, best_same = None, None, -1
     if best_same < 0:
         keys = [key for key in reversed(folds) if key != hint and folds[key].messages]
         for key in keys:

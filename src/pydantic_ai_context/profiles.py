@@ -48,6 +48,7 @@ from .integration.request_path import HAS_PREPARE_HOOK, RequestPath
 from .integration.toolset import ReadbackTools
 from .overhead import OverheadMemo, RequestOverhead
 from .policies.summarize._summary_ahead import BackgroundSummaries
+from .policies.summarize._summary_tasks import compile_running
 from .readback.archive import ContextArchive, ReadbackStore
 from .registry import split_settings
 from .tokens import TokenCounter, _MessageCounter, default_counter
@@ -573,7 +574,7 @@ async def _compile(
     unread, work = await _warm_off_loop(profile, counter, messages, ctx, conversation)
     # Inside the compile's scope: what is measured of the log (the newest instructions, the
     # archive's lineage fingerprints) resumes from what was measured of the previous one.
-    with compiling(profile._scope, messages) as generation:
+    with compiling(profile._scope, messages) as generation, compile_running():
         overhead, resolved, sink = await work.call(
             functools.partial(
                 _prepare, profile, messages, ctx, counter, parameters, model, budget, whole_log, conversation

@@ -37,9 +37,11 @@ from pydantic_ai_context._boundaries import (
 from pydantic_ai_context._facts import call_summary, digest
 from pydantic_ai_context._markers import OriginalsSink
 from pydantic_ai_context._memo import ObjectMemo
+from pydantic_ai_context._prefix import begins_with
 from pydantic_ai_context.tokens import TokenCounter
 from pydantic_ai_context.views import (
     CompileContext,
+    RunSpan,
     current_run,
     merged_run_id,
     prompt_texts_before,
@@ -174,6 +176,7 @@ class IsolateBoundaries(SyncPolicy):
     masking the last finished run instead of recording it costs 0.467 of `none` against 0.422)."""
     _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
     _memo: ObjectMemo[Any] = field(default_factory=ObjectMemo[Any], init=False, repr=False, compare=False)
+    _seen: _SeenRuns | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ('keep', 'mask', 'digest', 'drop'):
@@ -212,27 +215,21 @@ class IsolateBoundaries(SyncPolicy):
             return list(messages), None
         tokens = _log_tokens(messages, context)
         pressed = _over_budget(tokens, context)
+        seen = self._seen_runs(messages, context)
         # Runs the budget needs, or that ended long ago, become records; the others (recent, with
         # room to spare) only have their outputs masked, their calls and notes stay.
         due = {n for n in range(len(finished)) if pressed or len(finished) - n > self.keep_runs}
         short = 0
         if pressed:
-            sizes = [
-                self._notes_tokens(messages[s.start : s.end], context)
-                for n, s in enumerate(finished)
-                if n in due
-            ]
+            sizes = [seen.notes(self, messages, s, context) for n, s in enumerate(finished) if n in due]
             short = _shortened_runs(sizes, context)
         out: list[ModelMessage] = []
         position = 0
         n_runs = 0
         calls = 0
         for n, span in enumerate(finished):
-            collapsed = self._collapsed(
-                messages[span.start : span.end],
-                context,
-                mode=self.mode if n in due else 'mask',
-                shorten=n < short,
+            collapsed = seen.collapsed(
+                self, messages, span, context, mode=self.mode if n in due else 'mask', shorten=n < short
             )
             if collapsed is None:
                 continue
@@ -253,24 +250,42 @@ class IsolateBoundaries(SyncPolicy):
         )
         return out, None if pressed else _Pressure(tokens)
 
+    def _seen_runs(self, messages: list[ModelMessage], context: CompileContext) -> _SeenRuns:
+        """What the previous full pass decided per finished run, when `messages` begins with its
+        input (so each of those runs is the same messages, at the same place); else a new record."""
+        generation = _scope.active_generation()
+        key = counter_key(context.counter)
+        seen = self._seen
+        if (
+            seen is None
+            or generation is None
+            or seen.generation != generation
+            or seen.key != key
+            or not begins_with(messages, seen.messages)
+        ):
+            seen = _SeenRuns(generation, key, (), {})
+        seen = _SeenRuns(generation, key, tuple(messages), seen.values)
+        self._seen = seen if generation is not None else None
+        return seen
+
     def _collapsed(
         self, run: Sequence[ModelMessage], context: CompileContext, *, mode: IsolateMode, shorten: bool
-    ) -> _Collapsed | None:
-        """`_collapse` of `run`, remembered while its messages are the same objects: a new run
-        starting collapses the finished ones again, and their records are the same (what they
-        gave the read-back archive is given again)."""
+    ) -> tuple[_Collapsed | None, list[_SinkCall]]:
+        """`_collapse` of `run` and what it gave the read-back archive, remembered while its
+        messages are the same objects: a new run starting collapses the finished ones again, and
+        their records are the same (what they gave the archive is given again)."""
 
-        def collapse() -> tuple[_Collapsed | None, list[tuple[str, str, Any, bool]]]:
+        def collapse() -> tuple[_Collapsed | None, list[_SinkCall]]:
             kept = _KeptOriginals(context.originals)
             return self._collapse(run, context.counter, kept, mode=mode, shorten=shorten), kept.calls
 
         found = self._per_run(run, ('collapse', mode, shorten, counter_key(context.counter)), collapse)
         if found is None:  # outside a compile
-            return self._collapse(run, context.counter, context.originals, mode=mode, shorten=shorten)
+            return collapse()
         (collapsed, calls), hit = found
         if hit:
             _replay(calls, context.originals)
-        return collapsed  # type: ignore[no-any-return]
+        return collapsed, calls
 
     def _notes_tokens(self, run: Sequence[ModelMessage], context: CompileContext) -> int:
         """The tokens of the assistant's notes in a run's trace (`_run_notes`), remembered as `_collapsed`."""
@@ -416,6 +431,52 @@ class _Collapsed:
     calls: int
 
 
+@dataclass
+class _SeenRuns:
+    """Per finished run (by its span) of a full pass: its notes' tokens and what it collapsed to.
+
+    A full pass runs whenever a run starts (a new user prompt), and a chat of many runs has
+    thousands of finished ones: looking each up in the per-run memo (which checks its messages
+    one by one) cost more than the rest of the pass. A log that begins with the previous pass's
+    input, in the same compile generation, holds the same runs at the same places.
+    """
+
+    generation: int | None
+    key: Any
+    messages: tuple[ModelMessage, ...]
+    values: dict[tuple[Any, ...], Any]
+
+    def notes(
+        self, policy: IsolateBoundaries, messages: list[ModelMessage], span: RunSpan, context: CompileContext
+    ) -> int:
+        key = ('notes', span.start, span.end)
+        found = self.values.get(key)
+        if found is None:
+            found = self.values[key] = policy._notes_tokens(messages[span.start : span.end], context)
+        return found  # type: ignore[no-any-return]
+
+    def collapsed(
+        self,
+        policy: IsolateBoundaries,
+        messages: list[ModelMessage],
+        span: RunSpan,
+        context: CompileContext,
+        *,
+        mode: IsolateMode,
+        shorten: bool,
+    ) -> _Collapsed | None:
+        key = ('collapse', span.start, span.end, mode, shorten)
+        found = self.values.get(key)
+        if found is not None:
+            collapsed, calls = found
+            _replay(calls, context.originals)  # as a hit of `_collapsed` gives them again
+            return collapsed  # type: ignore[no-any-return]
+        found = self.values[key] = policy._collapsed(
+            messages[span.start : span.end], context, mode=mode, shorten=shorten
+        )
+        return found[0]
+
+
 def isolate_boundaries(**settings: Any) -> IsolateBoundaries:
     """Collapse finished runs to prompt + answer + a record of their steps; see `IsolateBoundaries`.
 
@@ -536,12 +597,16 @@ def _shortened_runs(sizes: list[int], context: CompileContext) -> int:
     return n
 
 
+_SinkCall = tuple[str, str, Any, bool]
+"""One call a collapse made of the read-back sink: its kind, ref, value, and `replace`."""
+
+
 class _KeptOriginals:
     """An originals sink that passes what it is given on, and remembers it to give it again."""
 
     def __init__(self, sink: OriginalsSink | None) -> None:
         self.sink = sink
-        self.calls: list[tuple[str, str, Any, bool]] = []
+        self.calls: list[_SinkCall] = []
 
     def keep_result(self, ref: str, part: Any) -> None:
         self.calls.append(('result', ref, part, False))
@@ -554,7 +619,7 @@ class _KeptOriginals:
             self.sink.keep_span(ref, items, replace=replace)
 
 
-def _replay(calls: Sequence[tuple[str, str, Any, bool]], sink: OriginalsSink | None) -> None:
+def _replay(calls: Sequence[_SinkCall], sink: OriginalsSink | None) -> None:
     if sink is None:
         return
     for kind, ref, value, replace in calls:

@@ -28,7 +28,8 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRe
 from .. import _native_tools, _parts
 from .._markers import conversation_identity, conversation_key, is_readback, span_ref
 from .._memo import ObjectMemo
-from .._scope import resumed_fold
+from .._prefix import begins_with
+from .._scope import active_generation, resumed_fold
 
 __all__ = ('ContextArchive', 'MemoryReadbackStore', 'ReadbackStore')
 
@@ -141,6 +142,23 @@ class MemoryReadbackStore:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+_LATEST_SPANS: Final = 8
+"""How many conversations' latest span `ContextArchive` holds (their messages with it) to extend."""
+_LATEST_CHARS: Final = 64 * 1024 * 1024
+"""The most characters of JSON those spans hold in all."""
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A span kept: its items, whether its tool results were kept with it, its JSON document, and
+    the compile generation it was kept in."""
+
+    items: tuple[ModelMessage | str, ...]
+    results: bool
+    document: str
+    generation: int | None
 
 
 @dataclass(frozen=True)
@@ -263,6 +281,10 @@ class ContextArchive:
         # Each message's JSON, while it lives unchanged: a span that moves with the view (a summary
         # over a growing middle) holds mostly the messages its previous version held.
         self._encoded: ObjectMemo[str] = ObjectMemo(max_bytes=64 * 1024 * 1024)
+        # The latest span kept per conversation, as its items and their JSON (the last few
+        # conversations): a summary's span over a growing log is the previous one plus the newest
+        # messages, and encoding all of it again cost about 50 ms at 5,000 messages per summary.
+        self._latest: collections.OrderedDict[str, _Kept] = collections.OrderedDict()
 
     def sink(
         self,
@@ -391,8 +413,22 @@ class ContextArchive:
         key = f'{_SPAN_KEY}{conversation}/{ref}'
         if key in self._written and not replace:
             return
+        # Extended only within one compile generation: the messages are then as they were (none
+        # was edited in place since), so their JSON is too.
+        generation = active_generation()
+        latest = self._latest.get(conversation)
+        start = 0
+        if (
+            latest is not None
+            and generation is not None
+            and latest.generation == generation
+            and latest.results == results
+            and len(latest.items) <= len(items)
+            and begins_with(items, latest.items)
+        ):
+            start = len(latest.items)  # those and their tool results are kept already
         encoded: list[str] = []
-        for item in items:
+        for item in items[start:] if start else items:
             if isinstance(item, str):
                 # `json.dumps({'ref': item}, ensure_ascii=False)`, without building a dict and an
                 # encoder per item (a drop note's span lists every step it dropped).
@@ -404,7 +440,20 @@ class ContextArchive:
                     if _parts.marker(part) is None and not is_readback(part):
                         self.keep_result(part.tool_call_id, part, conversation=conversation)
         # The same document as `json.dumps({'items': [...]})`, from each message's remembered JSON.
-        self._put(key, '{"items": [' + ', '.join(encoded) + ']}')
+        body = ', '.join(encoded)
+        if not start:
+            document = '{"items": [' + body + ']}'
+        elif body:
+            document = f'{latest.document[:-2]}, {body}]}}'  # type: ignore[union-attr]
+        else:
+            document = latest.document  # type: ignore[union-attr]
+        self._put(key, document)
+        self._latest.pop(conversation, None)
+        if len(document) <= _LATEST_CHARS:  # the same string the memory store holds
+            self._latest[conversation] = _Kept(tuple(items), results, document, generation)
+            held = sum(len(kept.document) for kept in self._latest.values())
+            while len(self._latest) > _LATEST_SPANS or held > _LATEST_CHARS:
+                held -= len(self._latest.popitem(last=False)[1].document)
 
     def _message_json(self, message: ModelMessage, *, remember: bool = True) -> str:
         found = self._encoded.get(message)

@@ -16,18 +16,41 @@ import contextlib
 import dataclasses
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from pydantic_ai_context.events import CompactionEvent
 from pydantic_ai_context.policies.summarize._summary_block import Zones, digest_text
 from pydantic_ai_context.views import CompileContext
 
-__all__ = ('BackgroundSummaries', 'Made', 'Pending', 'cancel')
+__all__ = ('BackgroundSummaries', 'Made', 'Pending', 'cancel', 'compile_running')
 
 logger = logging.getLogger('pydantic_ai_context.summary_ahead')
 
 _REGISTRIES: weakref.WeakSet[BackgroundSummaries] = weakref.WeakSet()
+
+_COMPILE_DONE: ContextVar[asyncio.Event | None] = ContextVar('pydantic_ai_context_compile_done', default=None)
+"""Set when the compile running in this task returns (see `compile_running`)."""
+
+
+@contextlib.contextmanager
+def compile_running() -> Iterator[None]:
+    """A profile's compile runs inside: a summary it starts ahead begins writing once it returns.
+
+    The compile's synchronous work may run in a worker thread, leaving the loop free; a summary
+    started ahead would then build its prompt (and an in-process summariser answer) during the
+    compile, and the request waiting for the view would wait for that work too. Written after
+    the compile, it overlaps the model's answer instead, as it is meant to. Nothing in a compile
+    waits for a summary in flight (it cancels one it cannot use), so this never deadlocks.
+    """
+    done = asyncio.Event()
+    token = _COMPILE_DONE.set(done)
+    try:
+        yield
+    finally:
+        _COMPILE_DONE.reset(token)
+        done.set()
 
 
 @dataclass
@@ -191,7 +214,7 @@ class BackgroundSummaries:
         pending.context = own
         self._pending[pending.conversation] = pending
         self._counts['started'] += 1
-        pending.task = loop.create_task(self._run(write, pending, zones, own))
+        pending.task = loop.create_task(self._run(write, pending, zones, own, _COMPILE_DONE.get()))
         pending.task.add_done_callback(lambda task: self._finished(pending, task))
 
     def _finished(self, pending: Pending, task: asyncio.Task[None]) -> None:
@@ -228,8 +251,11 @@ class BackgroundSummaries:
         pending: Pending,
         zones: Zones,
         context: CompileContext,
+        after: asyncio.Event | None = None,
     ) -> None:
         try:
+            if after is not None:
+                await after.wait()
             text, status = await write(context)
             if pending.abandoned:
                 return  # given up while it was being written (its loop ran on in another thread)

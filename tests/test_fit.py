@@ -698,7 +698,9 @@ def test_a_target_that_moves_back_resumes_its_earlier_drop_as_a_fresh_compile_wo
             planned = len(drops)
             with compiling(scope, log):
                 live = fit(policy, after, limit, sink)
-            resumed += len(drops) == planned and target_moved(policy)
+                resumed += len(drops) == planned and target_moved(
+                    policy
+                )  # its call in this compile's generation
             fresh = fit(fit_to_budget(keep_last_steps=keep, drop_granularity=0.2), after, limit, fresh_sink)
             assert live == fresh, f'limit {limit}, change {index}'
             if isinstance(fresh, list) and (note := next(filter(None, map(drop_record, fresh)), None)):
@@ -717,7 +719,8 @@ def _counting(plan: Any, calls: list[int]) -> Any:
 
 
 def target_moved(policy: FitToBudget) -> bool:
-    """The latest call resumed a drop other than the one before it (an earlier target's)."""
+    """The latest call resumed a drop other than the one before it (an earlier target's); read
+    inside the compile's scope (a policy keeps its previous call per generation)."""
     last = policy._last
     return last is not None and any(e.extra is not last.extra for e in policy._earlier.values())
 

@@ -280,6 +280,50 @@ async def test_incremental_compiles_equal_fresh_compiles(name: str, path: Path) 
                 assert view == await fresh.compile(log[:end]), f'request at message {end}, window {window}'
 
 
+@pytest.mark.parametrize('name', PRESETS)
+async def test_conversations_compiled_in_turn_each_extend_their_own_previous_call(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A profile serving several conversations compiles them in turn: each policy keeps its previous
+    call per conversation, so interleaving adds no full pass, and every view is a fresh compile's."""
+    from pydantic_ai_context.policies import _base
+
+    first, second = (ModelMessagesTypeAdapter.validate_json(p.read_bytes()) for p in TRAJECTORIES[:2])
+    ends = [i for i, m in enumerate(first) if isinstance(m, ModelResponse)][-12:]
+    other = [i for i, m in enumerate(second) if isinstance(m, ModelResponse)][-12:]
+    passes: list[int] = []
+    made = _base.last_call
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        passes[-1] += 1
+        return made(*args, **kwargs)
+
+    monkeypatch.setattr(_base, 'last_call', counted)
+    settings: dict[str, object] = {
+        'context_window': 24_000,
+        'counter': TiktokenCounter(),
+        'summary_model': extractive_summary_model(),
+    }
+    if name != 'coding':
+        settings['summary_cache'] = InMemorySummaryCache()
+
+    async def full_passes(interleaved: bool) -> list[int]:
+        live = profile(name, **settings)
+        alone: list[int] = []
+        for end, end_other in zip(ends, other, strict=True):
+            passes.append(0)
+            view = await live.compile(first[:end])
+            alone.append(passes[-1])
+            if interleaved:
+                await live.compile(second[:end_other])
+            if end == ends[-1]:
+                assert view == await profile(name, **settings).compile(first[:end])
+        await live.close_background()
+        return alone
+
+    assert await full_passes(interleaved=True) == await full_passes(interleaved=False)
+
+
 @PROPS
 @given(log=histories(max_runs=3, max_steps=8, in_progress=True))
 async def test_incremental_equals_fresh_on_generated_logs(log: list[ModelMessage]) -> None:

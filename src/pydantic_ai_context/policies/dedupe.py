@@ -13,7 +13,7 @@ import hashlib
 import re
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolReturnPart
@@ -356,8 +356,6 @@ class DedupeReads(SyncPolicy):
     request already sent (replaying the shared runs: superseding across steps cost more in broken
     prompt-cache prefixes than it saved). Each step is then independent, so when the frontier moves
     only the steps it newly passed are read; with `False`, each move re-reads the whole prefix."""
-
-    _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._frontier()  # validates keep_recent and step now rather than at the first compile

@@ -117,7 +117,6 @@ class FitToBudget(SyncPolicy):
     """Steps are dropped in chunks of this share of the limit, so the view shrinks well below the limit
     and stays put for a while (0 drops just enough, breaking the prompt cache on every request; replay at
     32k: 0.05 -> cost 0.56 of no compaction, 0.2 -> 0.50, at 95% fact retention)."""
-    _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
     _reading: _Reading | None = field(default=None, init=False, repr=False, compare=False)
     _earlier: dict[int, LastCall] = field(
         default_factory=dict[int, LastCall], init=False, repr=False, compare=False

@@ -48,7 +48,7 @@ from pydantic_ai_context.views import (
     run_spans,
 )
 
-from ._base import LastCall, SyncPolicy, context_key, extend_or_resume
+from ._base import SyncPolicy, context_key, extend_or_resume
 from ._frontier import counter_key, nominal_part_tokens
 from .summarize._summary_block import ACK_KIND, KEPT_KIND
 from .summarize._summary_block import MARKER_KIND as SUMMARY_KIND
@@ -174,7 +174,6 @@ class IsolateBoundaries(SyncPolicy):
     have their tool outputs masked (calls and notes stay) instead of becoming records. Default 0:
     a run has ended long ago once the next one started (replay, held-out multi-turn chat at 128k:
     masking the last finished run instead of recording it costs 0.467 of `none` against 0.422)."""
-    _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
     _memo: ObjectMemo[Any] = field(default_factory=ObjectMemo[Any], init=False, repr=False, compare=False)
     _seen: _SeenRuns | None = field(default=None, init=False, repr=False, compare=False)
 

@@ -108,7 +108,6 @@ class MaskObservations(SyncPolicy):
     changing once the frontier is this far past it: older digests, and the cached prompt prefix
     holding them, stay as they are."""
     _memo: ObjectMemo[Any] = field(default_factory=ObjectMemo[Any], init=False, repr=False, compare=False)
-    _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
     def apply(self, messages: list[ModelMessage], context: CompileContext) -> list[ModelMessage]:
         frontier = self.frontier.locate(messages, context, slot=(self.name, id(self)))

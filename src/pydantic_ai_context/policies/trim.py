@@ -113,7 +113,6 @@ class TrimToolOutputs(SyncPolicy):
     max_errors: int = 8
     """Error lines of the cut part listed after the marker."""
     _memo: ObjectMemo[Any] = field(default_factory=ObjectMemo[Any], init=False, repr=False, compare=False)
-    _last: LastCall | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.keep_tokens < 1 or self.max_tokens < self.keep_tokens:

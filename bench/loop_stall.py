@@ -14,8 +14,10 @@ While it runs, one profile compiles, on that loop:
   compile, then one steady compile.
 
 The table reports the longest stall (the latest tick past its 10 ms), the compile's wall time and
-its CPU time. Work the library runs in a worker thread (`_offload`) does not hold the loop; a
-thread holding the GIL still delays the loop by up to Python's switch interval (5 ms) at a time.
+its CPU time, and the objects the garbage collector tracks besides the (frozen) log, per message of
+the log: what a full collection walks, holding the GIL, whichever thread it runs in. Work the
+library runs in a worker thread (`_offload`) does not hold the loop; a thread holding the GIL still
+delays the loop by up to Python's switch interval (5 ms) at a time.
 """
 
 from __future__ import annotations
@@ -76,8 +78,8 @@ def big_output_log(megabytes: int) -> list[ModelMessage]:
 
 async def cases(
     name: str, window: int, big_mb: int, n_messages: int
-) -> list[tuple[str, str, float, float, float]]:
-    rows: list[tuple[str, str, float, float, float]] = []
+) -> list[tuple[str, str, float, float, float, float]]:
+    rows: list[tuple[str, str, float, float, float, float]] = []
     shapes: Sequence[tuple[str, list[ModelMessage]]] = (
         (f'big output ({big_mb} MB)', big_output_log(big_mb)),
         (f'long log ({n_messages:,} messages)', synthetic_history(n_messages, output_chars=1_300)),
@@ -92,7 +94,10 @@ async def cases(
         first, then = log[:-2], log
         for when, part in (('first compile', first), ('next request', then)):
             stall, wall, cpu = await stall_of(functools.partial(compiled.compile, part))
-            rows.append((label, when, stall, wall, cpu))
+            # What the collector walks in a full collection besides the (frozen) log: the profile's
+            # state and the view, per message.
+            tracked = len(gc.get_objects()) / len(log)
+            rows.append((label, when, stall, wall, cpu, tracked))
         await compiled.close_background()
         gc.unfreeze()
     return rows
@@ -106,11 +111,16 @@ async def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument('--messages', type=int, default=50_000)
     args = parser.parse_args(argv)
     table = Table(title=f'Longest event-loop stall while compiling (heartbeat every {TICK * 1000:.0f} ms)')
-    for column in ('profile', 'history', 'compile', 'longest stall ms', 'wall ms', 'CPU ms'):
-        table.add_column(column, justify='right' if column.endswith('ms') else 'left')
+    columns = ('profile', 'history', 'compile', 'longest stall ms', 'wall ms', 'CPU ms', 'tracked / message')
+    for column in columns:
+        table.add_column(column, justify='left' if column in columns[:3] else 'right')
     for name in args.profile or ['coding']:
-        for label, when, stall, wall, cpu in await cases(name, args.window, args.big_mb, args.messages):
-            table.add_row(name, label, when, f'{stall:,.0f}', f'{wall:,.0f}', f'{cpu:,.0f}')
+        for label, when, stall, wall, cpu, tracked in await cases(
+            name, args.window, args.big_mb, args.messages
+        ):
+            table.add_row(
+                name, label, when, f'{stall:,.0f}', f'{wall:,.0f}', f'{cpu:,.0f}', f'{tracked:,.0f}'
+            )
     Console(width=160).print(table)
     return 0
 

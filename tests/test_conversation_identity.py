@@ -231,6 +231,37 @@ def test_first_conversation_id_resumed_between_compiles_equals_a_fresh_scan() ->
             assert first_conversation_id(messages) == fresh(messages)
 
 
+async def test_a_steady_compile_reads_the_new_messages_for_the_conversation_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A log no id names is fingerprinted for the archive: whether one does is asked before the
+    compile's steps, inside its scope, so the scan resumes from the previous compile's."""
+    from pydantic_ai_context import _markers
+
+    read: list[int] = []
+    extend = _markers._ConversationIds.extend
+
+    def counted(self: Any, messages: Any) -> None:
+        read.append(len(messages) - len(self.messages))
+        extend(self, messages)
+
+    monkeypatch.setattr(_markers._ConversationIds, 'extend', counted)
+    log = from_openai(
+        [{'role': 'user', 'content': 'go'}]
+        + [
+            m
+            for i in range(100)
+            for m in ({'role': 'assistant', 'content': f'a{i}'}, {'role': 'user', 'content': f'q{i}'})
+        ]
+    )
+    p = profile('coding', context_window=32_000, counter=HeuristicCounter())
+    await p.compile(log[:-2])
+    read.clear()
+    await p.compile(log)
+    assert read
+    assert sum(read) <= 4, 'only the new messages are read'
+
+
 async def test_the_conversations_told_apart_without_an_id_are_bounded() -> None:
     """Per-conversation state stops growing at the archive's cap; within it, reading back is unchanged."""
     p = coding()

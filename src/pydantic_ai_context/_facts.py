@@ -390,6 +390,11 @@ def part_facts(result_part: Any) -> Facts:
     return found  # type: ignore[no-any-return]
 
 
+NO_FACTS: Final[frozenset[str]] = frozenset()
+"""The one empty set of fact keys what is remembered per message or part shares: most messages
+name no facts, and each set is one more object for the garbage collector to walk."""
+
+
 def facts_in_part(part: Any) -> frozenset[str]:
     """`facts_in_text` of a part's text (as `_parts.part_text` renders it), remembered per part."""
     found = _PART_FACTS.get(part, 'keys')
@@ -397,7 +402,7 @@ def facts_in_part(part: Any) -> frozenset[str]:
         # A tool result's text is what `part_facts` reads: one scan serves both.
         facts = part_facts(part) if _parts.is_tool_result(part) else remembered_facts(_parts.part_text(part))
         keys = frozenset(fact_key(p) for p in facts.paths) | frozenset(facts.error_lines)
-        found = _PART_FACTS.put(part, keys, 'keys', size=sum(map(len, keys)))
+        found = _PART_FACTS.put(part, keys or NO_FACTS, 'keys', size=sum(map(len, keys)))
     return found  # type: ignore[no-any-return]
 
 
@@ -574,7 +579,7 @@ def facts_in_digest(line: str) -> frozenset[str]:
         if end >= 0:
             errors = errors[:end]
         keys.update(_MORE_RE.sub('', errors).split(' | '))
-    return frozenset(keys)
+    return frozenset(keys) if keys else NO_FACTS
 
 
 def _paths_worth_listing(paths: tuple[str, ...], errors: tuple[str, ...]) -> list[str]:

@@ -571,10 +571,11 @@ async def _compile(
     run_id = getattr(ctx, 'run_id', None) if ctx is not None else None
     compile_id = profile._events_room.next_id()
     counter = profile.counter_for(model)
-    unread, work = await _warm_off_loop(profile, counter, messages, ctx, conversation)
     # Inside the compile's scope: what is measured of the log (the newest instructions, the
-    # archive's lineage fingerprints) resumes from what was measured of the previous one.
+    # archive's lineage fingerprints, the conversation's identity) resumes from what was measured
+    # of the previous one.
     with compiling(profile._scope, messages) as generation, compile_running():
+        unread, work = await _warm_off_loop(profile, counter, messages, ctx, conversation)
         overhead, resolved, sink = await work.call(
             functools.partial(
                 _prepare, profile, messages, ctx, counter, parameters, model, budget, whole_log, conversation

@@ -37,6 +37,7 @@ DEFAULT_EXCLUDED_TOOLS: Final = frozenset({'think', 'task_tracker', 'todo_write'
 """Tools whose results stay: they echo the agent's own plan or thoughts, which masking must not hide."""
 
 _UPGRADABLE: Final = frozenset({'trimmed', 'clamped'})
+_NO_PATHS: Final = (_facts.NO_FACTS, _facts.NO_FACTS)
 """Marker kinds whose (shortened) results may still be masked."""
 
 
@@ -325,7 +326,9 @@ class MaskObservations(SyncPolicy):
                     keys |= _facts.facts_in_digest(_markers.without_ref(content))
                 else:
                     keys |= _facts.facts_in_part(part)
-            found = self._memo.put(message, frozenset(keys), 'facts', size=sum(map(len, keys)))
+            found = self._memo.put(
+                message, frozenset(keys) if keys else _facts.NO_FACTS, 'facts', size=sum(map(len, keys))
+            )
         return found  # type: ignore[no-any-return]
 
     def _named_again(
@@ -350,8 +353,8 @@ class MaskObservations(SyncPolicy):
         # Each result's facts are remembered per part: no rescan of its text.
         paths = {path for p in results for path in _facts.part_facts(p).paths}
         if not paths:
-            self._memo.put(messages[i], (following, frozenset()), NAMED_AGAIN)
-            return frozenset()
+            self._memo.put(messages[i], (following, _facts.NO_FACTS), NAMED_AGAIN)
+            return _facts.NO_FACTS
         keys: set[str] = set()
         tails: set[str] = set()
         for message in following:
@@ -375,8 +378,11 @@ class MaskObservations(SyncPolicy):
                 for part in message.parts
                 for path in _facts.extract_facts(_parts.part_text(part)).paths
             )
-            tails = frozenset(t for key in keys for t in _facts.path_tails(key))
-            found = self._memo.put(message, (keys, tails), PATH_KEYS)
+            if keys:
+                tails = frozenset(t for key in keys for t in _facts.path_tails(key))
+                found = self._memo.put(message, (keys, tails), PATH_KEYS)
+            else:
+                found = self._memo.put(message, _NO_PATHS, PATH_KEYS)
         return found  # type: ignore[no-any-return]
 
     def _mask(

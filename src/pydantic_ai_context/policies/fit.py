@@ -328,7 +328,8 @@ class FitToBudget(SyncPolicy):
             not degraded
             and not clamped_fresh
             and freed >= target
-            and all(plan.kinds[u] == _STEP for u in dropped)
+            # Kinds are ordered (`_STEP` lowest): the largest says whether all are plain steps.
+            and max(map(plan.kinds.__getitem__, dropped), default=_STEP) == _STEP
         )
         end = plan.units[max(dropped)][1] if dropped else 0
         cuts = safe_cut_points(messages) if dropped else []

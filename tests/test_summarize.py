@@ -728,3 +728,49 @@ def test_a_span_over_the_summariser_window_is_summarised_in_links_not_replaced_b
     again = run(p, log, CompileContext(counter=HeuristicCounter(), budget=ctx.budget))
     assert again == view
     assert s.calls == calls
+
+
+@pytest.mark.parametrize('name', ['chat', 'long_horizon'])
+async def test_conversations_compiled_in_turn_each_resume_their_own_summary_reading(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The policy's reading of its input (and the block and kept tokens beside it) is kept per
+    conversation: one compiled in between does not make the next compile of another read its log
+    again from the start, and every view is what a fresh profile compiles."""
+    from pydantic_ai_context import profile
+    from pydantic_ai_context.policies.summarize import _summary_reading
+    from pydantic_ai_context.replay import extractive_summary_model
+
+    from .test_shrink import growing_log
+
+    resumed: list[bool] = []
+    of = _summary_reading.Reading.of.__func__  # type: ignore[attr-defined]
+
+    def spied(cls: Any, messages: Any, counter: Any, previous: Any, folds: Any = None) -> Any:
+        resumed.append(
+            previous is not None and bool(previous.messages) and previous.messages[0] is messages[0]
+        )
+        return of(cls, messages, counter, previous, folds)
+
+    monkeypatch.setattr(_summary_reading.Reading, 'of', classmethod(spied))
+    logs = [growing_log(40), growing_log(41)]
+
+    async def views(interleaved: bool) -> list[list[ModelMessage]]:
+        p = profile(name, context_window=8_000, summary_model=extractive_summary_model())
+        out: list[list[ModelMessage]] = []
+        for end in range(11, 81, 2):
+            for log in logs if interleaved else logs[:1]:
+                view = await p.compile(log[:end])
+                await p.settle_background()  # the model answers before the next request
+                if log is logs[0]:
+                    out.append(view)
+        await p.close_background()
+        return out
+
+    alone = await views(interleaved=False)
+    resumed.clear()
+    assert await views(interleaved=True) == alone
+    assert resumed[2:]
+    assert all(resumed[2:]), (
+        'a conversation compiled in between made the next one read its log from the start'
+    )

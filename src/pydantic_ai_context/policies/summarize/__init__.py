@@ -45,9 +45,7 @@ from pydantic_ai_context.policies.summarize._summary_block import (
     ACK_TEXT,
     KEPT_KIND,
     MARKER_KIND,
-    BlockMemo,
     Kept,
-    KeptTokens,
     Zones,
     assemble_block,
     earlier_ref,
@@ -58,6 +56,7 @@ from pydantic_ai_context.policies.summarize._summary_block import (
 from pydantic_ai_context.policies.summarize._summary_call import FALLBACK_TEMPLATE as FALLBACK_TEMPLATE
 from pydantic_ai_context.policies.summarize._summary_call import SummaryCalls
 from pydantic_ai_context.policies.summarize._summary_reading import Reading, SummaryLedger, key_template
+from pydantic_ai_context.policies.summarize._summary_state import ConversationState
 from pydantic_ai_context.policies.summarize.summariser import (
     PROMPT_VERSION,
     SUMMARISER_INSTRUCTIONS,
@@ -98,7 +97,7 @@ _MIN_SUMMARY_TOKENS: Final = _summary_plan.MIN_SUMMARY_TOKENS
 
 
 @dataclass(kw_only=True)
-class SummarizeWindow(AsyncPolicy):
+class SummarizeWindow(ConversationState, AsyncPolicy):
     """Replace the middle of a long conversation with an LLM-written summary, keeping head and tail.
 
     Fires when the view is over the token trigger (the budget's soft threshold by default) or,
@@ -222,10 +221,7 @@ class SummarizeWindow(AsyncPolicy):
     the limit. Earlier gives a slow summariser more time, for smaller shrinks and summaries made
     for runs that end before they are needed."""
 
-    _ledger: SummaryLedger = field(default_factory=SummaryLedger, init=False, repr=False, compare=False)
     _calls: SummaryCalls = field(default_factory=SummaryCalls, init=False, repr=False, compare=False)
-    _block: BlockMemo = field(default_factory=BlockMemo, init=False, repr=False, compare=False)
-    _kept: KeptTokens = field(default_factory=KeptTokens, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.step_messages < 1:

@@ -38,6 +38,7 @@ __all__ = (
     'TextMemo',
     'active_generation',
     'compiling',
+    'owner_cache',
     'resumed_fold',
     'scope_cache',
     'scope_prefix_memo',
@@ -471,3 +472,15 @@ def scope_cache(name: Hashable) -> dict[Any, Any] | None:
     if active is None or scope is None:
         return None
     return scope.cache(name, active.generation)
+
+
+def owner_cache(owner: object, name: str) -> dict[Any, Any] | None:
+    """The active scope's dict `name` of `owner` (a policy) for the current generation: what an
+    owner keeps between compiles of one conversation, dropped with the generation. None outside a
+    compile."""
+    # Keyed by a token the owner holds, not by its id (a freed owner's id is reused), and not in a
+    # dataclass field (a copy, `dataclasses.replace`, starts with state of its own).
+    token = owner.__dict__.get('_scope_token')
+    if token is None:
+        token = owner.__dict__.setdefault('_scope_token', object())
+    return scope_cache((name, token))

@@ -12,7 +12,7 @@ from pydantic_ai.tools import RunContext
 
 from .._compaction import window
 from .._prefix import begins_with, first_difference
-from .._scope import MemoScope, active_generation, compiling, scope_cache
+from .._scope import MemoScope, active_generation, compiling, owner_cache
 from ..integrity import normalize
 from ..tokens import default_counter
 from ..views import CompileContext
@@ -54,23 +54,14 @@ class SyncPolicy:
         compile's scope: one per conversation the profile compiles (each a lineage of the scope,
         with generations of its own), so conversations compiled in turn through one profile each
         extend their own, and a conversation the scope lets go takes its call with it."""
-        calls = scope_cache(('last call', self._identity))
+        calls = owner_cache(self, 'last call')
         return None if calls is None else calls.get(None)
 
     @_last.setter
     def _last(self, value: LastCall | None) -> None:
-        calls = scope_cache(('last call', self._identity))
+        calls = owner_cache(self, 'last call')
         if calls is not None:  # outside a compile nothing is reused (`LastCall.generation`)
             calls[None] = value
-
-    @property
-    def _identity(self) -> object:
-        # Not the policy's id (a freed policy's id is reused) and not a dataclass field (a copy,
-        # `dataclasses.replace`, starts with calls of its own).
-        found = self.__dict__.get('_identity_token')
-        if found is None:
-            found = self.__dict__.setdefault('_identity_token', object())
-        return found
 
     def __call__(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         scope = standalone_scope(self)

@@ -175,7 +175,6 @@ class IsolateBoundaries(SyncPolicy):
     a run has ended long ago once the next one started (replay, held-out multi-turn chat at 128k:
     masking the last finished run instead of recording it costs 0.467 of `none` against 0.422)."""
     _memo: ObjectMemo[Any] = field(default_factory=ObjectMemo[Any], init=False, repr=False, compare=False)
-    _seen: _SeenRuns | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ('keep', 'mask', 'digest', 'drop'):
@@ -250,21 +249,17 @@ class IsolateBoundaries(SyncPolicy):
         return out, None if pressed else _Pressure(tokens)
 
     def _seen_runs(self, messages: list[ModelMessage], context: CompileContext) -> _SeenRuns:
-        """What the previous full pass decided per finished run, when `messages` begins with its
-        input (so each of those runs is the same messages, at the same place); else a new record."""
-        generation = _scope.active_generation()
+        """What the previous full pass of this conversation decided per finished run, when
+        `messages` begins with its input (so each of those runs is the same messages, at the same
+        place); else a new record. Kept in the compile scope's generation, like `_last`."""
+        kept = _scope.owner_cache(self, 'seen runs')
         key = counter_key(context.counter)
-        seen = self._seen
-        if (
-            seen is None
-            or generation is None
-            or seen.generation != generation
-            or seen.key != key
-            or not begins_with(messages, seen.messages)
-        ):
-            seen = _SeenRuns(generation, key, (), {})
-        seen = _SeenRuns(generation, key, tuple(messages), seen.values)
-        self._seen = seen if generation is not None else None
+        seen = kept.get(None) if kept is not None else None
+        if seen is None or seen.key != key or not begins_with(messages, seen.messages):
+            seen = _SeenRuns(key, (), {})
+        seen = _SeenRuns(key, tuple(messages), seen.values)
+        if kept is not None:
+            kept[None] = seen
         return seen
 
     def _collapsed(
@@ -437,10 +432,10 @@ class _SeenRuns:
     A full pass runs whenever a run starts (a new user prompt), and a chat of many runs has
     thousands of finished ones: looking each up in the per-run memo (which checks its messages
     one by one) cost more than the rest of the pass. A log that begins with the previous pass's
-    input, in the same compile generation, holds the same runs at the same places.
+    input (of the same conversation, in the same compile generation) holds the same runs at the
+    same places.
     """
 
-    generation: int | None
     key: Any
     messages: tuple[ModelMessage, ...]
     values: dict[tuple[Any, ...], Any]

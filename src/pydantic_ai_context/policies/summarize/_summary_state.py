@@ -11,9 +11,8 @@ it. Outside a compile (a policy used on its own without a scope) the policy keep
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from pydantic_ai_context._scope import scope_cache
+from pydantic_ai_context._scope import owner_cache
 from pydantic_ai_context.policies.summarize._summary_block import BlockMemo, KeptTokens
 from pydantic_ai_context.policies.summarize._summary_reading import SummaryLedger
 
@@ -45,12 +44,7 @@ class ConversationState:
     """
 
     def _state(self) -> _State:
-        identity = self.__dict__.get('_state_token')
-        if identity is None:
-            # Not the policy's id (a freed policy's id is reused) and not a dataclass field (a
-            # copy, `dataclasses.replace`, starts with state of its own).
-            identity = self.__dict__.setdefault('_state_token', object())
-        states: dict[Any, Any] | None = scope_cache(('summarize state', identity))
+        states = owner_cache(self, 'summarize state')
         if states is None:
             found: _State | None = self.__dict__.get('_standalone_state')
             if found is None:

@@ -27,8 +27,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from ._boundaries import current_prompt as _current_prompt
-from ._boundaries import group_texts, request_group, starts_at
+from ._boundaries import group_texts, request_group, run_prompt, starts_at
 from ._compaction import window
 from ._markers import OriginalsSink
 from ._parts import has_user_prompt
@@ -119,6 +118,8 @@ class _Runs:
         self.closed: list[RunSpan] = []
         """The spans of the runs that end where the next one starts, made once (a log of many
         runs is read by several steps of every compile)."""
+        self.closed_by_id: list[RunSpan] = []
+        """The same, for runs told apart by run id (one per change of id)."""
 
     def spans(self) -> list[RunSpan]:
         if self.requests[-1] and not self.unnamed[-1]:
@@ -135,6 +136,7 @@ class _Runs:
         del self.starts[bisect.bisect_left(self.starts, n) :]
         del self.closed[max(len(self.starts) - 1, 0) :]
         del self.changes[bisect.bisect_left(self.changes, n) :]
+        del self.closed_by_id[len(self.changes) :]
         # Texts were first seen in order: undoing those seen from `n` on pops them off the end.
         added = self.added
         while added and added[-1][0] >= n:
@@ -197,12 +199,14 @@ def prompt_texts_before(messages: Sequence[ModelMessage]) -> frozenset[str]:
 
 
 def _spans_by_run_id(messages: Sequence[ModelMessage], fold: _Runs) -> list[RunSpan]:
-    # Responses without a run id (e.g. built by hand) stay with the run around them.
-    starts = [0, *fold.changes]
-    ends = [*fold.changes, len(messages)]
-    ids = [fold.current[e - 1] if e < len(messages) else fold.current[-1] for e in ends]
-    # The id of a run is the one in force at its last message (before the next run's first).
-    return [RunSpan(start=s, end=e, run_id=rid) for s, e, rid in zip(starts, ends, ids, strict=True)]
+    # Responses without a run id (e.g. built by hand) stay with the run around them. The id of a
+    # run is the one in force at its last message (before the next run's first).
+    closed = fold.closed_by_id
+    start = closed[-1].end if closed else 0
+    for end in fold.changes[len(closed) :]:
+        closed.append(RunSpan(start=start, end=end, run_id=fold.current[end - 1]))
+        start = end
+    return [*closed, RunSpan(start=start, end=len(messages), run_id=fold.current[-1])]
 
 
 def current_run(messages: Sequence[ModelMessage], *, run_id: str | None = None) -> RunSpan | None:
@@ -239,9 +243,16 @@ def current_prompt(messages: Sequence[ModelMessage], *, run_id: str | None = Non
     spans = run_spans(messages)
     if not spans:
         return None
-    current = current_run(messages, run_id=run_id)
-    upto = [(s.start, s.end) for s in spans if current is None or s.start <= current.start]
-    return _current_prompt(messages, upto)
+    # The current run (`current_run`), and the runs before it newest first, without a tuple per
+    # run: a chat log holds thousands, and every compile asks.
+    at = len(spans) - 1
+    if run_id is not None:
+        at = next((i for i in range(at, -1, -1) if spans[i].run_id == run_id), at)
+    for span in reversed(spans[: at + 1]):
+        found = run_prompt(messages, span.start, span.end)
+        if found is not None:
+            return found
+    return None
 
 
 def conversation_view(

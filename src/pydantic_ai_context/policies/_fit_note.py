@@ -40,20 +40,19 @@ def _with_note(
     tokens: int,
     observations: int,
     step_refs: list[str],
-    steps: list[tuple[int, int]],
     *,
     notes: bool = True,
     noted: tuple[ModelMessage, dict[str, Any], ModelMessage] | None = None,
     notes_out: list[tuple[ModelMessage, dict[str, Any], ModelMessage]] | None = None,
-) -> tuple[list[ModelMessage], list[tuple[str, tuple[int, int] | list[str], bool]]]:
+) -> tuple[list[ModelMessage], tuple[str, list[str]]]:
     """`view` with the note on what was dropped in the request at `at` (merging an earlier note),
-    and the spans to keep for read-back.
+    and the note's read-back span: its ref and the refs of the steps it lists.
 
     The note records how many observations (tool-result requests) went with the dropped steps:
     the compaction frontier still counts them, so a view of this view compacts the same messages.
 
-    Each dropped step (its ref in `step_refs`, its input range in `steps`) is a span of its own
-    (kept once); the note names a span listing them, whose ref comes from the first step dropped
+    Each dropped step (its ref in `step_refs`) is a span of its own, kept by the caller; the note
+    names a span listing them, whose ref comes from the first step dropped
     after the head. Drops start there every time, so the ref, and with it the note's text, stays
     the same as more steps are dropped: the request holding the note stays in the provider's
     prompt cache. `notes=False`: the input holds no earlier note (nothing to merge). `noted`: the
@@ -115,11 +114,7 @@ def _with_note(
             run_id=getattr(target, 'run_id', None),
         )
         view.insert(at + 1, request)
-    spans: list[tuple[str, tuple[int, int] | list[str], bool]] = [
-        (step_ref, step, False) for step_ref, step in zip(step_refs, steps, strict=True)
-    ]
-    spans.append((ref, all_steps, True))
-    return view, spans
+    return view, (ref, all_steps)
 
 
 def drop_record(message: ModelMessage) -> dict[str, Any] | None:

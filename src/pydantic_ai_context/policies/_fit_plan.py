@@ -13,7 +13,9 @@ next view extends it. The decisions (which target, when to resume, clamp or degr
 from __future__ import annotations
 
 import bisect
-from collections.abc import Hashable, Sequence
+import itertools
+import operator
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -79,14 +81,19 @@ class _Plan:
     """Indices into `units`, in the order they may be dropped; units not listed are never dropped."""
     protected: int
     """How many units at the end form the recency window."""
-    spans: list[tuple[str, tuple[int, int] | list[str], bool]] = field(default_factory=list)
-    """What the latest `build` dropped, to keep for read-back: (ref, (start, end), False) of each
-    dropped step, then the note's own span (ref, the steps' refs, True), rewritten as it grows."""
+    dropped_refs: list[str] = field(default_factory=list[str])
+    """The span ref of each step the latest `build` dropped, in order (each kept for read-back once)."""
+    dropped_units: list[tuple[int, int]] = field(default_factory=list[tuple[int, int]])
+    """Their (start, end) in `messages`."""
+    note_span: tuple[str, list[str]] | None = None
+    """The note's read-back span as the latest `build` wrote it: its ref and the steps' refs."""
     reading: _Reading | None = None
     kinds: list[int] = field(default_factory=list)
     """The kind of each unit (`_STEP`, `_CONVERSATION`, `_NEVER`)."""
     prompt_at: int | None = None
     """Where the current run's prompt is, when its step is one of `units` (not in the head)."""
+    cuts: list[int] = field(default_factory=list[int])
+    """The safe cut points of `messages`."""
 
     def prompt(self) -> ModelMessage | None:
         """The request holding the current run's prompt, when it is outside the head."""
@@ -114,46 +121,40 @@ class _Plan:
         # What the previous plan found before the first message that changed is reused when the
         # safe cut points there are the same (see `_Reading.plan`): a plan costs the new steps.
         reused = reading.reusable_plan(head_end, cuts, prompt_at)
-        old_kinds: list[int] = []
-        old_steps: list[int] = []
-        old_conversation: list[int] = []
         if reused is None:
             starts = [i for i in cuts if head_end <= i < n and responses[i]]
-            closed, old_limit = 0, 0
+            closed = 0
+            old = _PlanState(head_end, cuts, [], [], [], [], [], [], 0, prompt_at)
         else:
-            valid, old_starts, old_kinds, old_steps, old_conversation, old_limit = reused
-            kept = bisect.bisect_left(old_starts, valid)
-            starts = old_starts[:kept]
+            valid, old = reused
+            kept = bisect.bisect_left(old.starts, valid)
+            starts = old.starts[:kept]
             starts += [i for i in cuts[bisect.bisect_left(cuts, valid) :] if i < n and responses[i]]
-            # Units whose both ends lie before `valid` have the same messages, so the same kind.
+            # Units whose both ends lie before `valid` have the same messages, so the same kind
+            # and the same span ref.
             closed = max(kept - 1, 0)
-        plan_starts = starts
-        units = list(zip(starts, [*starts[1:], n], strict=True)) if starts else []
+        units = old.units[:closed]
         if starts:
+            units += zip(starts[closed:], [*starts[closed + 1 :], n], strict=True)
             # Messages between the head and the first step (only in a malformed view) stay with the head.
             head_end = starts[0]
-        unit_kinds = old_kinds[:closed]
+        unit_kinds = old.kinds[:closed]
         unit_kinds += [max(kinds[start:end]) for start, end in units[closed:]]
+        refs = old.refs[:closed]
+        refs += [None] * (len(units) - closed)
         if prompt_at is not None and units and prompt_at >= units[0][0]:
             # The current run's prompt is task framing (DESIGN.md invariant 1): its step stays.
             at = bisect.bisect_right(starts, prompt_at) - 1
             unit_kinds[at] = _NEVER
         limit = max(len(units) - keep_last_steps, 0)
         # The previous lists hold the units below its own limit only.
-        same = min(closed, limit, old_limit)
-        steps = old_steps[: bisect.bisect_left(old_steps, same)]
+        same = min(closed, limit, old.limit)
+        steps = old.steps[: bisect.bisect_left(old.steps, same)]
         steps += [u for u in range(same, limit) if unit_kinds[u] == _STEP]
-        conversation = old_conversation[: bisect.bisect_left(old_conversation, same)]
+        conversation = old.conversation[: bisect.bisect_left(old.conversation, same)]
         conversation += [u for u in range(same, limit) if unit_kinds[u] == _CONVERSATION]
-        reading.plan = (
-            first_prompt + 1,
-            cuts,
-            plan_starts,
-            unit_kinds,
-            steps,
-            conversation,
-            limit,
-            prompt_at,
+        reading.plan = _PlanState(
+            first_prompt + 1, cuts, starts, units, unit_kinds, refs, steps, conversation, limit, prompt_at
         )
         reading.plan_valid = n
         return cls(
@@ -165,39 +166,91 @@ class _Plan:
             reading=reading,
             kinds=unit_kinds,
             prompt_at=prompt_at if prompt_at is not None and units and prompt_at >= units[0][0] else None,
+            cuts=cuts,
         )
+
+    def sizes(self) -> list[int]:
+        """The tokens of each unit."""
+        assert self.reading is not None
+        acc = [0, *itertools.accumulate(self.reading.tokens)]
+        units = self.units
+        return list(
+            map(
+                operator.sub,
+                map(acc.__getitem__, map(_SECOND, units)),
+                map(acc.__getitem__, map(_FIRST, units)),
+            )
+        )
+
+    def reaching(self, target: int, sizes: list[int]) -> tuple[set[int], int, int]:
+        """The shortest prefix of the order that frees `target` tokens (all of it if none does):
+        its units, the tokens they free and its length. Found in C: a long log may drop most of
+        its steps at every request."""
+        order = self.order
+        if target <= 0 or not order:
+            return set(), 0, 0
+        freed_by = list(itertools.accumulate(map(sizes.__getitem__, order)))
+        first = min(bisect.bisect_left(freed_by, target) + 1, len(order))
+        return set(order[:first]), freed_by[first - 1], first
+
+    def messages_in(self, units: Iterable[int]) -> int:
+        """How many messages `units` hold."""
+        spans = list(map(self.units.__getitem__, units))
+        return sum(map(_SECOND, spans)) - sum(map(_FIRST, spans))
 
     def build(self, dropped: set[int], sizes: list[int]) -> list[ModelMessage]:
         if not dropped:
             return list(self.messages)
         reading = self.reading
         assert reading is not None
+        assert reading.plan is not None
         messages, units = self.messages, self.units
+        # Most of a long log's steps may be dropped: what is summed or listed per dropped step is
+        # done in C (`map`), and only the kept runs are walked here.
         gone = sorted(dropped)
-        # The kept messages, as slices between the dropped steps.
         out: list[ModelMessage] = list(messages[: units[gone[0]][0]])
         note_at = len(out) - 1
-        for u, v in zip(gone, [*gone[1:], len(units)], strict=True):
-            if v > u + 1:
-                out.extend(messages[units[u + 1][0] : units[v - 1][1]])
+        run_start: int | None = None
+        for u in sorted(set(range(gone[0] + 1, len(units))).difference(dropped)):
+            if run_start is None:
+                run_start = previous = u
+            elif u != previous + 1:
+                out.extend(messages[units[run_start][0] : units[previous][1]])
+                run_start = u
+            previous = u
+        if run_start is not None:
+            out.extend(messages[units[run_start][0] : units[previous][1]])
+        gone_units = list(map(units.__getitem__, gone))
+        starts = list(map(_FIRST, gone_units))
+        ends = list(map(_SECOND, gone_units))
         observations = reading.observations
-        n = sum(units[u][1] - units[u][0] for u in gone)
-        tokens = sum(sizes[u] for u in gone)
-        count = sum(observations[units[u][1]] - observations[units[u][0]] for u in gone)
-        refs = [reading.step_ref(messages, units[u]) for u in gone]
+        n = sum(ends) - sum(starts)
+        tokens = sum(map(sizes.__getitem__, gone))
+        count = sum(map(observations.__getitem__, ends)) - sum(map(observations.__getitem__, starts))
+        unit_refs = reading.plan.refs
+        refs = list(map(unit_refs.__getitem__, gone))
+        if None in refs:
+            i = refs.index(None)
+            while True:
+                start, end = gone_units[i]
+                refs[i] = unit_refs[gone[i]] = _markers.span_ref(messages[start:end])
+                try:
+                    i = refs.index(None, i + 1)
+                except ValueError:
+                    break
         made: list[tuple[ModelMessage, dict[str, Any], ModelMessage]] = []
-        view, self.spans = _with_note(
+        view, self.note_span = _with_note(
             out,
             note_at,
             n,
             tokens,
             count,
             refs,
-            [units[u] for u in gone],
             notes=reading.notes,
             noted=reading.noted,
             notes_out=made,
         )
+        self.dropped_refs, self.dropped_units = refs, gone_units
         if made:
             reading.noted = made[-1]
         return view
@@ -282,19 +335,15 @@ class _Reading:
     """Observations before each message, and of all (one longer than `messages`)."""
     notes: bool
     """Some message carries a drop note's record (a view of a view)."""
-    refs: dict[tuple[int, int], str] = field(default_factory=dict[tuple[int, int], str])
-    """Span ref of each step read so far, by its (start, end) in `messages`."""
     sink: Any = None
     """The read-back sink `kept` refers to."""
     kept: set[str] = field(default_factory=set[str])
     """Refs of the step spans kept in `sink`, and of the note span as last written."""
-    note_span: tuple[str, tuple[str, ...]] | None = None
+    note_span: tuple[str, list[str]] | None = None
     noted: tuple[ModelMessage, dict[str, Any], ModelMessage] | None = None
     """The request the latest note went into, the note's record, and the request with the note."""
-    plan: tuple[int, list[int], list[int], list[int], list[int], list[int], int, int | None] | None = None
-    """What the latest `_Plan.of` found: the head's end it started from, the safe cut points, the
-    steps' starts, their kinds, the droppable steps and conversation units (in order), how many
-    units were droppable, and where the current run's prompt was."""
+    plan: _PlanState | None = None
+    """What the latest `_Plan.of` found."""
     plan_valid: int = 0
     """`plan` holds for `messages[:plan_valid]`: the messages it was made for that no later reading
     found changed (0: no plan)."""
@@ -320,9 +369,6 @@ class _Reading:
                 previous.responses[:same],
                 previous.observations[: same + 1],
                 previous.notes and any(map(drop_record, previous.messages[:same])),
-                previous.refs
-                if same == len(previous.messages)
-                else {k: v for k, v in previous.refs.items() if k[1] <= same},
                 previous.sink,
                 previous.kept,
                 previous.note_span,
@@ -357,46 +403,73 @@ class _Reading:
 
     def reusable_plan(
         self, head_end: int, cuts: list[int], prompt_at: int | None = None
-    ) -> tuple[int, list[int], list[int], list[int], list[int], int] | None:
-        """The previous plan's (valid, starts, kinds, steps, conversation units, limit) when what it found
-        before message `valid` (the first one that changed) holds for `cuts` too: the same head, the
-        same current prompt, and the same safe cut points before `valid` (a new result may answer an
-        old call)."""
+    ) -> tuple[int, _PlanState] | None:
+        """The previous plan, and the first message that changed since (`valid`), when what it
+        found before `valid` holds for `cuts` too: the same head, the same current prompt, and the
+        same safe cut points before `valid` (a new result may answer an old call)."""
         plan, valid = self.plan, self.plan_valid
-        if plan is None or plan[0] != head_end or valid <= head_end or plan[7] != prompt_at:
+        if plan is None or plan.head_from != head_end or valid <= head_end or plan.prompt_at != prompt_at:
             return None
-        _, old_cuts, starts, kinds, steps, conversation, limit, _ = plan
+        old_cuts = plan.cuts
         below = bisect.bisect_left(cuts, valid)
         if below != bisect.bisect_left(old_cuts, valid) or cuts[:below] != old_cuts[:below]:
             return None
-        return valid, starts, kinds, steps, conversation, limit
-
-    def step_ref(self, messages: Sequence[ModelMessage], unit: tuple[int, int]) -> str:
-        found = self.refs.get(unit)
-        if found is None:
-            found = self.refs[unit] = _markers.span_ref(messages[unit[0] : unit[1]])
-        return found
+        return valid, plan
 
     def keep_spans(
         self,
-        spans: list[tuple[str, tuple[int, int] | list[str], bool]],
+        refs: Sequence[str],
+        units: Sequence[tuple[int, int]],
+        note: tuple[str, list[str]] | None,
         sink: _markers.OriginalsSink | None,
         messages: Sequence[ModelMessage],
     ) -> None:
-        """Keep the dropped steps' spans in `sink` (each once: a span's ref names its messages) and
-        the note's span (again only when its list of steps changed)."""
+        """Keep the dropped steps' spans (`refs`, their `units` in `messages`) in `sink`, each once
+        (a span's ref names its messages), then the note's span (again only when its list of steps
+        changed)."""
         if sink is None:
             return
         if sink != self.sink:
             self.sink, self.kept, self.note_span = sink, set(), None
-        for ref, items, replace in spans:
-            if isinstance(items, tuple):
-                if ref not in self.kept:
-                    sink.keep_span(ref, list(messages[items[0] : items[1]]), replace=replace)
-                    self.kept.add(ref)
-            elif self.note_span != (ref, tuple(items)):
-                sink.keep_span(ref, list[ModelMessage | str](items), replace=replace)
-                self.note_span = (ref, tuple(items))
+        kept = self.kept
+        if not kept.issuperset(refs):
+            for ref, (start, end) in zip(refs, units, strict=True):
+                if ref not in kept:
+                    sink.keep_span(ref, list(messages[start:end]), replace=False)
+                    kept.add(ref)
+        if note is not None:
+            ref, items = note
+            if self.note_span is None or self.note_span[0] != ref or self.note_span[1] != items:
+                sink.keep_span(ref, list[ModelMessage | str](items), replace=True)
+                self.note_span = (ref, list(items))
+
+
+@dataclass(slots=True)
+class _PlanState:
+    """What the latest `_Plan.of` found, for the next one to reuse before the first changed message."""
+
+    head_from: int
+    """The head's end it started from."""
+    cuts: list[int]
+    """The safe cut points."""
+    starts: list[int]
+    """Where each unit starts."""
+    units: list[tuple[int, int]]
+    kinds: list[int]
+    refs: list[str | None]
+    """Each unit's span ref, once a drop has needed it."""
+    steps: list[int]
+    """The droppable plain steps, in order."""
+    conversation: list[int]
+    """The droppable conversation units, in order."""
+    limit: int
+    """How many units were droppable."""
+    prompt_at: int | None
+    """Where the current run's prompt was."""
+
+
+_FIRST: Final = operator.itemgetter(0)
+_SECOND: Final = operator.itemgetter(1)
 
 
 def _unit_kind(segment: Sequence[ModelMessage]) -> str:

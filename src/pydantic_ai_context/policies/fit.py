@@ -13,7 +13,6 @@ steps went in `_fit_note.py`. Every name importable from this module before stay
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 import operator
 from collections.abc import Hashable, Sequence
@@ -183,7 +182,7 @@ class FitToBudget(SyncPolicy):
             reading = self._reading
             if last is not self._last and drop.note is not None and reading is not None:
                 # The read-back sink holds the note's span as the other target's drop wrote it.
-                reading.keep_spans([(*drop.note, True)], context.originals, messages)
+                reading.keep_spans((), (), drop.note, context.originals, messages)
             self._remember(LastCall(tuple(messages), extended, key, last.note, last.extra))
             return extended
         view = self._drop(messages, used, limit, quantum, target, context, fresh=fresh > 0)
@@ -282,17 +281,11 @@ class FitToBudget(SyncPolicy):
             reading=reading,
             prompt_at=current_prompt(messages, run_id=context.run_id),
         )
-        acc = [0, *itertools.accumulate(reading.tokens)]
-        sizes = [acc[e] - acc[s] for s, e in plan.units]
-        dropped: set[int] = set()
-        freed = 0
+        sizes = plan.sizes()
+        dropped, freed, first = plan.reaching(target, sizes)
         clamped_fresh = False
         view: list[ModelMessage] | None = None
-        for unit in plan.order:
-            if freed < target:
-                dropped.add(unit)
-                freed += sizes[unit]
-                continue
+        for unit in plan.order[first:]:
             # The chunk is dropped; the note and per-message framing may still leave it a little over.
             view = plan.build(dropped, sizes)
             size = counter.count_messages(view)
@@ -307,14 +300,14 @@ class FitToBudget(SyncPolicy):
             freed += sizes[unit]
         if view is None:
             view = plan.build(dropped, sizes)
-        reading.keep_spans(plan.spans, context.originals, messages)
+        reading.keep_spans(plan.dropped_refs, plan.dropped_units, plan.note_span, context.originals, messages)
         final = counter.count_messages(view)
         degraded = False
         extra = 0
         if final > limit:
             view, final, extra = self._degrade(view, plan, dropped, sizes, limit, context)
             degraded = True
-        n = sum(plan.units[u][1] - plan.units[u][0] for u in dropped) + extra
+        n = plan.messages_in(dropped) + extra
         if n:
             context.note(
                 f'dropped {n} oldest messages ({freed:,} tokens) to fit the limit of {limit:,} tokens',
@@ -332,12 +325,10 @@ class FitToBudget(SyncPolicy):
             and max(map(plan.kinds.__getitem__, dropped), default=_STEP) == _STEP
         )
         end = plan.units[max(dropped)][1] if dropped else 0
-        cuts = safe_cut_points(messages) if dropped else []
+        cuts = plan.cuts if dropped else []
         last_unit = max(dropped) if dropped else None
         first_stop = last_unit is not None and freed - sizes[last_unit] < target
-        note = next(
-            ((ref, list(items)) for ref, items, _ in reversed(plan.spans) if isinstance(items, list)), None
-        )
+        note = (plan.note_span[0], list(plan.note_span[1])) if plan.note_span is not None else None
         drop = _Dropped(target, extendable, first_stop, end, cuts[: bisect.bisect_right(cuts, end)], note)
         self._remember(last_call(messages, view, context_key(context), context, drop))
         return view

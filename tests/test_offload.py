@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -34,6 +35,8 @@ from pydantic_ai_context._offload import new_messages, warm_off_loop
 from pydantic_ai_context.integrity import validate_view
 from pydantic_ai_context.policies._base import SyncPolicy
 from pydantic_ai_context.readback import archive
+from pydantic_ai_context.readback import tools as readback_tools
+from pydantic_ai_context.replay.recall import SpanCalls
 from pydantic_ai_context.tokens import pieces
 from pydantic_ai_context.views import CompileContext
 
@@ -340,3 +343,82 @@ def test_a_span_kept_again_longer_is_stored_as_when_kept_once(
         }
         results = {k for k in stored(fresh.store) if k.startswith(archive._RESULT_KEY)}
         assert results <= set(stored(grown.store))
+
+
+def _read_back(kept: archive.ContextArchive, ref: str) -> tuple[str, str, frozenset[str]]:
+    """What `read_context` shows of span `ref` (label and text) and the tool calls replay finds in it."""
+    original = readback_tools._resolve(ref, [], readback_tools._Side(kept, 'c'))
+    return original.what, original.text, SpanCalls(kept, 'c').of(ref)
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    log=any_histories,
+    ends=st.lists(st.integers(min_value=1, max_value=80), min_size=2, max_size=5),
+    edit=st.booleans(),
+)
+def test_a_long_span_kept_again_longer_names_the_one_before(
+    log: list[ModelMessage], ends: list[int], edit: bool
+) -> None:
+    # Each summary of a growing log keeps a span that begins with the previous one. Once that one
+    # is long, the new span names it by ref and holds only the new messages, and reading either
+    # back (the read-back tools, replay's reach) gives what a span holding them all gives.
+    spans = [log[: min(end, len(log))] for end in sorted(ends)]
+    chained = archive.ContextArchive()
+    scope = _scope.MemoScope()
+    with patch.object(archive, '_CHAIN_CHARS', 0):
+        for n, span in enumerate(spans):
+            last = span[-1] if span else None
+            edited = edit and n == 1 and isinstance(last, ModelRequest | ModelResponse)
+            if edited:
+                # Edited in place between compiles: a new generation, so the span is kept whole.
+                last.parts = [*last.parts]  # type: ignore[union-attr]
+                last.metadata = {'edited': n}  # type: ignore[union-attr]
+            with _scope.compiling(scope, log):
+                chained.keep_span(f's{n}', span, conversation='c')
+            document = stored(chained.store)[f'{archive._SPAN_KEY}c/s{n}']
+            before = 0 if n == 0 or edited else len(spans[n - 1])
+            new = [ModelMessagesTypeAdapter.dump_python([m], mode='json')[0] for m in span[before:]]
+            assert document['items'] == ([{'ref': f's{n - 1}'}] if before else []) + new
+            whole = archive.ContextArchive()
+            whole.keep_span(f's{n}', span, conversation='c')
+            assert _read_back(chained, f's{n}') == _read_back(whole, f's{n}')
+
+
+def test_a_chain_of_many_summaries_reads_back_every_message() -> None:
+    # One level of nesting per summary: far deeper than any span nested by hand.
+    history = History().user('read every file')
+    for i in range(60):
+        history.step(Tool('cat', {'path': f'f{i}.py'}, f'contents of f{i}.py'))
+    log = history.build()
+    chained = archive.ContextArchive()
+    scope = _scope.MemoScope()
+    with patch.object(archive, '_CHAIN_CHARS', 0):
+        for n in range(1, 61):
+            with _scope.compiling(scope, log):
+                chained.keep_span(f's{n}', log[: 2 * n], conversation='c')
+    assert stored(chained.store)[f'{archive._SPAN_KEY}c/s60']['items'][0] == {'ref': 's59'}
+    whole = archive.ContextArchive()
+    whole.keep_span('s60', log[:120], conversation='c')
+    label, text, calls = _read_back(chained, 's60')
+    assert (label, text, calls) == _read_back(whole, 's60')
+    assert label == 'span of 120 messages'
+    assert len(calls) == 59
+
+
+def test_a_span_named_in_a_cycle_is_read_once() -> None:
+    # Only a store written by hand can name a span inside itself; reading it back still ends.
+    kept = archive.ContextArchive()
+    log = (
+        History()
+        .user('read two files')
+        .step(Tool('cat', {'path': 'a'}, 'A'))
+        .step(Tool('cat', {'path': 'b'}, 'B'))
+        .build()
+    )
+    kept.keep_span('a', ['b', *log[:2]], conversation='c')
+    kept.keep_span('b', ['a', *log[2:]], conversation='c')
+    label, text, calls = _read_back(kept, 'a')
+    assert label == f'span of {len(log)} messages'
+    assert '(earlier span a: shown above)' in text
+    assert calls == SpanCalls(kept, 'c').of('b')

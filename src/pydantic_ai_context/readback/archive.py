@@ -148,6 +148,11 @@ _LATEST_SPANS: Final = 8
 """How many conversations' latest span `ContextArchive` holds (their messages with it) to extend."""
 _LATEST_CHARS: Final = 64 * 1024 * 1024
 """The most characters of JSON those spans hold in all."""
+_CHAIN_CHARS: Final = 1 << 20
+"""A span that begins with the conversation's latest span, when that one's document holds at least
+this many characters, names it by ref (`{"ref": ...}` as its first item) instead of repeating it:
+each summary of a growing log stands for all of it, and a long log's span document is tens of
+megabytes, copied and stored again for every summary."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,9 @@ class _Kept:
     results: bool
     document: str
     generation: int | None
+    ref: str
+    chainable: bool
+    """Kept under a ref of its own (not `replace`d later), so a later span may name it."""
 
 
 @dataclass(frozen=True)
@@ -440,6 +448,19 @@ class ContextArchive:
                     if _parts.marker(part) is None and not is_readback(part):
                         self.keep_result(part.tool_call_id, part, conversation=conversation)
         # The same document as `json.dumps({'items': [...]})`, from each message's remembered JSON.
+        if (
+            start
+            and latest is not None
+            and latest.chainable
+            and not replace
+            and latest.ref != ref
+            and len(latest.document) >= _CHAIN_CHARS
+            and f'{_SPAN_KEY}{conversation}/{latest.ref}' in self._written
+        ):
+            # Its items are the latest span's, named by ref, then the new ones (the read-back
+            # tools and replay expand a span named in a span).
+            encoded.insert(0, f'{{"ref": {_encode_string(latest.ref)}}}')
+            start = 0
         body = ', '.join(encoded)
         if not start:
             document = '{"items": [' + body + ']}'
@@ -450,7 +471,7 @@ class ContextArchive:
         self._put(key, document)
         self._latest.pop(conversation, None)
         if len(document) <= _LATEST_CHARS:  # the same string the memory store holds
-            self._latest[conversation] = _Kept(tuple(items), results, document, generation)
+            self._latest[conversation] = _Kept(tuple(items), results, document, generation, ref, not replace)
             held = sum(len(kept.document) for kept in self._latest.values())
             while len(self._latest) > _LATEST_SPANS or held > _LATEST_CHARS:
                 held -= len(self._latest.popitem(last=False)[1].document)

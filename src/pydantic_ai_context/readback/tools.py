@@ -71,8 +71,6 @@ MAX_SEARCH_HITS: Final = 20
 ECHO_CHARS: Final = 200
 """Characters of a ref or query a tool's answer repeats back at most."""
 
-_MAX_DEPTH: Final = 8
-
 
 def _echo(text: str) -> str:
     """`text` as an answer repeats it: quoted, clipped to `ECHO_CHARS` (a 1 MB argument is not echoed whole)."""
@@ -173,7 +171,7 @@ def _resolve(ref: str, log: Sequence[ModelMessage], archive: _Side | None) -> _O
         return _Original(f'{found[0] or "tool"} result', found[1])
     items = archive.span(ref) if archive is not None else None
     if items is not None:
-        rendered = list(_render_span(items, log, archive, depth=0))
+        rendered = list(_render_span(items, log, archive, ref))
         lines = [line for _, chunk in rendered for line in chunk]
         # Nested spans (a drop note lists the steps it dropped) count their own messages.
         n = sum(1 for message, _ in rendered if message is not None)
@@ -197,17 +195,30 @@ def _render_span(
     items: Sequence[ModelMessage | str],
     log: Sequence[ModelMessage],
     archive: _Side | None,
-    *,
-    depth: int,
+    ref: str,
 ) -> Iterator[tuple[ModelMessage | None, list[str]]]:
-    """Each message of a span as text lines (nested spans expanded), with the message it came from."""
-    for item in items:
+    """Each message of span `ref` (its `items`) as text lines (nested spans expanded), with the message it came from.
+
+    Expanded with a stack, not recursion: a summary of a long growing log names the previous
+    summary's span, which names the one before, one level per summary. A span named twice (only
+    in a store written by hand) is shown once."""
+    stack: list[Iterator[ModelMessage | str]] = [iter(items)]
+    seen = {ref}
+    while stack:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+            continue
         if isinstance(item, str):
-            nested = archive.span(item) if archive is not None and depth < _MAX_DEPTH else None
+            if item in seen:
+                yield None, [f'(earlier span {item}: shown above)']
+                continue
+            seen.add(item)
+            nested = archive.span(item) if archive is not None else None
             if nested is None:
                 yield None, [f'(earlier span {item}: no longer available)']
             else:
-                yield from _render_span(nested, log, archive, depth=depth + 1)
+                stack.append(iter(nested))
             continue
         yield item, list(_message_lines(item, log, archive))
 
@@ -354,7 +365,7 @@ def _documents(log: Sequence[ModelMessage], archive: _Side | None) -> list[_Docu
         if items is None:
             continue
         at = 0
-        for held, chunk in _render_span(items, log, archive, depth=0):
+        for held, chunk in _render_span(items, log, archive, ref):
             if held is not None:
                 for part in _results(held):
                     add_result(part)

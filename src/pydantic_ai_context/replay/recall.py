@@ -98,22 +98,35 @@ class SpanCalls:
             self.conversation = conversation
             self._calls.clear()
 
-    def of(self, ref: str, depth: int = 0) -> frozenset[str]:
+    def of(self, ref: str) -> frozenset[str]:
         found = self._calls.get(ref)
         if found is not None:
             return found
-        items = self.archive.span(ref, conversation=self.conversation) if depth < 8 else None
+        # Walked with a stack, not recursion: each summary of a long growing log names the previous
+        # summary's span, one level per summary. Each span is read once.
         calls: set[str] = set()
-        for item in items or ():
-            if isinstance(item, str):
-                calls |= self.of(item, depth + 1)
+        seen = {ref}
+        pending = [ref]
+        while pending:
+            at = pending.pop()
+            known = self._calls.get(at)
+            if known is not None:
+                calls |= known
                 continue
-            for part in item.parts:
-                call_id = getattr(part, 'tool_call_id', None)
-                if _parts.is_tool_result(part) and call_id:
-                    calls.add(call_id)
-            if (inner := _markers.ref_of(item)) is not None:
-                calls |= self.of(inner, depth + 1)
+            items = self.archive.span(at, conversation=self.conversation)
+            for item in items or ():
+                inner: str | None
+                if isinstance(item, str):
+                    inner = item
+                else:
+                    for part in item.parts:
+                        call_id = getattr(part, 'tool_call_id', None)
+                        if _parts.is_tool_result(part) and call_id:
+                            calls.add(call_id)
+                    inner = _markers.ref_of(item)
+                if inner is not None and inner not in seen:
+                    seen.add(inner)
+                    pending.append(inner)
         found = self._calls[ref] = frozenset(calls)
         return found
 

@@ -42,7 +42,7 @@ DEFAULT_MEMO_BYTES: Final = 64 * 1024 * 1024
 """The most an `ObjectMemo` holds, in bytes of what it computed plus a fixed cost per entry."""
 
 ENTRY_BYTES: Final = 320
-"""What one remembered object costs a memo besides its values: the slot, its weak reference, the stamp."""
+"""What one remembered object costs a memo besides its values: the slot (a weak reference) and the stamp."""
 
 VALUE_BYTES: Final = 96
 """What one remembered value costs besides the `size` its caller states (e.g. a string's length)."""
@@ -107,26 +107,31 @@ def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
         return False
 
 
-def _forget(memo_ref: weakref.ref[ObjectMemo[Any]], ref: weakref.ref[Any]) -> None:
+def _forget(memo_ref: weakref.ref[ObjectMemo[Any]], slot: _Slot) -> None:
     """Called when a remembered object is freed: drop its entry (if the memo itself still exists)."""
     memo = memo_ref()
     if memo is not None:
-        memo._forget(ref)
+        memo._forget(slot)
 
 
-class _Slot:
-    """One remembered object: a weak reference, its stamp, and its values by key.
+class _Slot(weakref.ref[Any]):
+    """One remembered object: a weak reference to it that also holds its stamp and its values by key.
 
-    The first value lives in the slot itself and only further keys get a dict: a memo holds one
-    slot per message of every conversation in memory, and each object allocated here is one more
-    for the garbage collector to walk.
+    One object per entry: a memo holds one slot per message of every conversation in memory, and
+    each object allocated here is one more for the garbage collector to walk (a full collection
+    walks them all, holding the GIL). The first value lives in the slot itself and only further
+    keys get a dict.
     """
 
-    __slots__ = ('checked', 'getter', 'key', 'length', 'more', 'ref', 'size', 'stamp', 'value', 'value_size')
+    __slots__ = ('checked', 'getter', 'id', 'key', 'length', 'more', 'size', 'stamp', 'value', 'value_size')
+
+    def __new__(cls, obj: Any, callback: Callable[[_Slot], None], *args: Any) -> _Slot:
+        return super().__new__(cls, obj, callback)
 
     def __init__(
         self,
-        ref: weakref.ref[Any],
+        obj: Any,
+        callback: Callable[[_Slot], None],
         getter: Callable[[Any], tuple[Any, ...]],
         stamp: tuple[Any, ...],
         length: int,
@@ -135,7 +140,9 @@ class _Slot:
         value: Any,
         value_size: int,
     ) -> None:
-        self.ref = ref
+        # `weakref.ref.__init__` only checks the arguments `__new__` took.
+        self.id = id(obj)
+        """The key of the entry (the object's id while it lives)."""
         self.getter = getter
         self.stamp = stamp
         self.length = length
@@ -219,9 +226,8 @@ class ObjectMemo(Generic[V]):
         # must neither take the lock nor update the total itself.
         self._freed: list[int] = []
         self._lock = threading.Lock()
-        # One callback for every weak reference of this memo (holding the memo weakly); it finds
-        # the entry by the reference's id.
-        self._keys: dict[int, int] = {}
+        # One callback for every slot of this memo (holding the memo weakly); the slot it is given
+        # names its entry.
         self._callback = functools.partial(_forget, weakref.ref(self))
 
     def __len__(self) -> int:
@@ -237,7 +243,7 @@ class ObjectMemo(Generic[V]):
         # Asked of every message of a view, often many times in one compile: within a compile the
         # stamp is compared once (nothing edits a message while it compiles).
         slot = self._items.get(id(obj))
-        if slot is None or slot.ref() is not obj:
+        if slot is None or slot() is not obj:
             return default
         compile_id = _COMPILE.get()
         if not compile_id or slot.checked != compile_id:
@@ -268,21 +274,18 @@ class ObjectMemo(Generic[V]):
             if self._freed:
                 self._drain()
             slot = self._items.get(k)
-            if slot is not None and slot.ref() is obj and slot.length == length and _same(slot.stamp, stamp):
+            if slot is not None and slot() is obj and slot.length == length and _same(slot.stamp, stamp):
                 self._bytes += slot.store(key, value, size)
                 self._items.move_to_end(k)
             else:
-                try:
-                    ref = weakref.ref(obj, self._callback)
-                except TypeError:  # an object that cannot be referenced weakly is not remembered
-                    return value
                 if slot is not None:
                     stale = [self._items.pop(k)]
-                    self._keys.pop(id(slot.ref), None)
                     self._bytes -= slot.size
-                slot = _Slot(ref, getter, stamp, length, _COMPILE.get(), key, value, size)
+                try:
+                    slot = _Slot(obj, self._callback, getter, stamp, length, _COMPILE.get(), key, value, size)
+                except TypeError:  # an object that cannot be referenced weakly is not remembered
+                    return value
                 self._items[k] = slot
-                self._keys[id(ref)] = k
                 self._bytes += slot.size
             if self._bytes > self.max_bytes or (
                 self.max_entries is not None and len(self._items) > self.max_entries
@@ -299,7 +302,6 @@ class ObjectMemo(Generic[V]):
             or (self.max_entries is not None and len(self._items) > self.max_entries)
         ):
             _, oldest = self._items.popitem(last=False)
-            self._keys.pop(id(oldest.ref), None)
             self._bytes -= oldest.size
             stale.append(oldest)
         return stale
@@ -308,17 +310,15 @@ class ObjectMemo(Generic[V]):
         """Forget everything."""
         with self._lock:
             items, self._items = self._items, collections.OrderedDict()
-            self._keys = {}
             self._bytes = 0
             self._freed.clear()
         del items
 
-    def _forget(self, ref: weakref.ref[Any]) -> None:
-        key = self._keys.pop(id(ref), None)
-        slot = self._items.get(key) if key is not None else None
-        if slot is not None and slot.ref is ref:
+    def _forget(self, slot: _Slot) -> None:
+        key = slot.id
+        if self._items.get(key) is slot:
             try:
-                del self._items[key]  # type: ignore[arg-type]
+                del self._items[key]
             except KeyError:  # pragma: no cover - removed by another thread meanwhile
                 return
             self._freed.append(slot.size)

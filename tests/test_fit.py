@@ -14,6 +14,7 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    TextPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -737,3 +738,49 @@ class _Spans:
     def keep_span(self, ref: str, items: Sequence[ModelMessage | str], *, replace: bool = False) -> None:
         if replace or ref not in self.spans:
             self.spans[ref] = list(items)
+
+
+def test_a_log_of_prompted_observations_resumes_its_plan_as_the_prompt_moves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mini-swe-agent-style log sends every observation as a user prompt, so the current prompt
+    (a step never dropped) moves at every request. The next compile reuses the plan before it and
+    the span refs of the steps dropped before, and its view is a fresh policy's."""
+    from pydantic_ai_context._scope import MemoScope, compiling
+    from pydantic_ai_context.policies import _fit_plan
+
+    log: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('Fix the failing test.')])]
+    for i in range(60):
+        log.append(ModelResponse(parts=[TextPart(f'THOUGHT: look again.\n```bash\nrun {i}\n```')]))
+        log.append(
+            ModelRequest(parts=[UserPromptPart(f'<output>{long_text(15, prefix=f"out {i}")}</output>')])
+        )
+    counter = HeuristicCounter()
+    limit = counter.count_messages(log) // 3
+    refs: list[int] = []
+    reused: list[bool] = []
+    span_ref = _fit_plan._markers.span_ref
+    monkeypatch.setattr(_fit_plan._markers, 'span_ref', lambda items: refs.append(1) or span_ref(items))
+    reusable = _fit_plan._Reading.reusable_plan
+
+    def reusable_plan(self: Any, *args: Any) -> Any:
+        found = reusable(self, *args)
+        reused.append(found is not None)
+        return found
+
+    monkeypatch.setattr(_fit_plan._Reading, 'reusable_plan', reusable_plan)
+    policy = fit_to_budget(keep_last_steps=2, drop_granularity=0.05)
+    scope = MemoScope()
+    for end in range(len(log) - 20, len(log) + 1, 2):
+        fresh = fit_to_budget(keep_last_steps=2, drop_granularity=0.05).apply(
+            log[:end], CompileContext(counter=counter, budget=budget(limit))
+        )
+        refs.clear()
+        reused.clear()
+        with compiling(scope, log[:end]):
+            live = policy.apply(log[:end], CompileContext(counter=counter, budget=budget(limit)))
+        assert live == fresh
+        assert any(map(drop_record, live))
+        if end > len(log) - 20:
+            assert reused == [True], end
+            assert len(refs) <= 2, end  # the steps dropped since the previous compile, if any

@@ -17,7 +17,7 @@ import itertools
 import operator
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
@@ -120,11 +120,11 @@ class _Plan:
         kinds = reading.kinds
         # What the previous plan found before the first message that changed is reused when the
         # safe cut points there are the same (see `_Reading.plan`): a plan costs the new steps.
-        reused = reading.reusable_plan(head_end, cuts, prompt_at)
+        reused = reading.reusable_plan(head_end, cuts)
         if reused is None:
             starts = [i for i in cuts if head_end <= i < n and responses[i]]
             closed = 0
-            old = _PlanState(head_end, cuts, [], [], [], [], [], [], 0, prompt_at)
+            old = _PlanState(head_end, cuts, [], [], [], [], [], [], 0, None)
         else:
             valid, old = reused
             kept = bisect.bisect_left(old.starts, valid)
@@ -138,23 +138,28 @@ class _Plan:
             units += zip(starts[closed:], [*starts[closed + 1 :], n], strict=True)
             # Messages between the head and the first step (only in a malformed view) stay with the head.
             head_end = starts[0]
-        unit_kinds = old.kinds[:closed]
-        unit_kinds += [max(kinds[start:end]) for start, end in units[closed:]]
+        kinds_read = old.kinds[:closed]
+        kinds_read += [max(kinds[start:end]) for start, end in units[closed:]]
         refs = old.refs[:closed]
-        refs += [None] * (len(units) - closed)
+        refs += map(reading.refs.get, units[closed:])
+        unit_kinds = kinds_read
+        prompt_unit: int | None = None
         if prompt_at is not None and units and prompt_at >= units[0][0]:
             # The current run's prompt is task framing (DESIGN.md invariant 1): its step stays.
-            at = bisect.bisect_right(starts, prompt_at) - 1
-            unit_kinds[at] = _NEVER
+            prompt_unit = bisect.bisect_right(starts, prompt_at) - 1
+            unit_kinds = list(kinds_read)
+            unit_kinds[prompt_unit] = _NEVER
         limit = max(len(units) - keep_last_steps, 0)
-        # The previous lists hold the units below its own limit only.
-        same = min(closed, limit, old.limit)
+        # The previous lists hold the units below its own limit only, and are those of the kinds
+        # read below the previous and the current prompt's step (a log whose every observation is
+        # a prompt moves it at every request).
+        same = min(closed, limit, old.limit, *(u for u in (old.prompt_unit, prompt_unit) if u is not None))
         steps = old.steps[: bisect.bisect_left(old.steps, same)]
         steps += [u for u in range(same, limit) if unit_kinds[u] == _STEP]
         conversation = old.conversation[: bisect.bisect_left(old.conversation, same)]
         conversation += [u for u in range(same, limit) if unit_kinds[u] == _CONVERSATION]
         reading.plan = _PlanState(
-            first_prompt + 1, cuts, starts, units, unit_kinds, refs, steps, conversation, limit, prompt_at
+            first_prompt + 1, cuts, starts, units, kinds_read, refs, steps, conversation, limit, prompt_unit
         )
         reading.plan_valid = n
         return cls(
@@ -196,7 +201,7 @@ class _Plan:
     def messages_in(self, units: Iterable[int]) -> int:
         """How many messages `units` hold."""
         spans = list(map(self.units.__getitem__, units))
-        return sum(map(_SECOND, spans)) - sum(map(_FIRST, spans))
+        return int(sum(map(_SECOND, spans)) - sum(map(_FIRST, spans)))
 
     def build(self, dropped: set[int], sizes: list[int]) -> list[ModelMessage]:
         if not dropped:
@@ -228,16 +233,19 @@ class _Plan:
         tokens = sum(map(sizes.__getitem__, gone))
         count = sum(map(observations.__getitem__, ends)) - sum(map(observations.__getitem__, starts))
         unit_refs = reading.plan.refs
-        refs = list(map(unit_refs.__getitem__, gone))
-        if None in refs:
-            i = refs.index(None)
+        found = list(map(unit_refs.__getitem__, gone))
+        if None in found:
+            i = found.index(None)
             while True:
                 start, end = gone_units[i]
-                refs[i] = unit_refs[gone[i]] = _markers.span_ref(messages[start:end])
+                found[i] = unit_refs[gone[i]] = reading.refs[(start, end)] = _markers.span_ref(
+                    messages[start:end]
+                )
                 try:
-                    i = refs.index(None, i + 1)
+                    i = found.index(None, i + 1)
                 except ValueError:
                     break
+        refs = cast(list[str], found)  # every one found now
         made: list[tuple[ModelMessage, dict[str, Any], ModelMessage]] = []
         view, self.note_span = _with_note(
             out,
@@ -335,6 +343,8 @@ class _Reading:
     """Observations before each message, and of all (one longer than `messages`)."""
     notes: bool
     """Some message carries a drop note's record (a view of a view)."""
+    refs: dict[tuple[int, int], str] = field(default_factory=dict[tuple[int, int], str])
+    """Span ref of each step a drop has needed, by its (start, end) in `messages`."""
     sink: Any = None
     """The read-back sink `kept` refers to."""
     kept: set[str] = field(default_factory=set[str])
@@ -369,6 +379,9 @@ class _Reading:
                 previous.responses[:same],
                 previous.observations[: same + 1],
                 previous.notes and any(map(drop_record, previous.messages[:same])),
+                previous.refs
+                if same == len(previous.messages)
+                else {k: v for k, v in previous.refs.items() if k[1] <= same},
                 previous.sink,
                 previous.kept,
                 previous.note_span,
@@ -401,14 +414,12 @@ class _Reading:
         self.messages = tuple(messages)
         self.notes = notes
 
-    def reusable_plan(
-        self, head_end: int, cuts: list[int], prompt_at: int | None = None
-    ) -> tuple[int, _PlanState] | None:
+    def reusable_plan(self, head_end: int, cuts: list[int]) -> tuple[int, _PlanState] | None:
         """The previous plan, and the first message that changed since (`valid`), when what it
-        found before `valid` holds for `cuts` too: the same head, the same current prompt, and the
-        same safe cut points before `valid` (a new result may answer an old call)."""
+        found before `valid` holds for `cuts` too: the same head, and the same safe cut points
+        before `valid` (a new result may answer an old call)."""
         plan, valid = self.plan, self.plan_valid
-        if plan is None or plan.head_from != head_end or valid <= head_end or plan.prompt_at != prompt_at:
+        if plan is None or plan.head_from != head_end or valid <= head_end:
             return None
         old_cuts = plan.cuts
         below = bisect.bisect_left(cuts, valid)
@@ -456,6 +467,7 @@ class _PlanState:
     """Where each unit starts."""
     units: list[tuple[int, int]]
     kinds: list[int]
+    """The kind of each unit as read (the current prompt's step is `_NEVER` in the plan only)."""
     refs: list[str | None]
     """Each unit's span ref, once a drop has needed it."""
     steps: list[int]
@@ -464,8 +476,8 @@ class _PlanState:
     """The droppable conversation units, in order."""
     limit: int
     """How many units were droppable."""
-    prompt_at: int | None
-    """Where the current run's prompt was."""
+    prompt_unit: int | None
+    """The unit holding the current run's prompt (never dropped), if not in the head."""
 
 
 _FIRST: Final = operator.itemgetter(0)

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import gc
 import logging
+import threading
 import time
 from typing import Any
 
@@ -1069,3 +1070,40 @@ async def test_a_summary_made_ahead_starts_writing_once_its_compile_returns(
     assert written_during
     assert not any(written_during)
     await p.close_background()
+
+
+async def test_a_summary_of_a_long_span_fits_its_prompt_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Rendering and counting a long span's transcript (again, shorter, until it fits) takes
+    # seconds at tens of thousands of messages: a summary made ahead does it in a worker thread,
+    # and writes the same summaries as on the loop.
+    from pydantic_ai_context.policies.summarize import _summary_call
+
+    fitted = _summary_call.fitted_prompt
+    threads: list[bool] = []
+
+    def recorded(*args: Any) -> Any:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return fitted(*args)
+
+    monkeypatch.setattr(_summary_call, 'fitted_prompt', recorded)
+    log = growing_log(60)
+    summaries: dict[int, list[str]] = {}
+    for off_loop in (1, 10**9):
+        monkeypatch.setattr(_summary_call, 'OFF_LOOP_MESSAGES', off_loop)
+        threads.clear()
+        p = profile(
+            'long_horizon',
+            context_window=WINDOW,
+            counter=HeuristicCounter(),
+            summary_model=FunctionModel(extractive),
+        )
+        views = []
+        for end in range(3, len(log) + 1, 2):
+            views.append(await p.compile(log[:end]))
+            await p.settle_background()
+        assert p._background.stats()['made'] >= 2
+        summaries[off_loop] = [str(m) for view in views for m in view]
+        assert threads
+        assert not any(threads) if off_loop == 1 else all(threads)
+        await p.close_background()
+    assert summaries[1] == summaries[10**9]

@@ -763,3 +763,34 @@ def test_a_long_text_in_a_rebuilt_message_is_not_encoded_again() -> None:
     assert len(counter._texts) == TEXT_MEMO_ENTRIES  # bounded
     counter.cache_clear()
     assert not counter._texts
+
+
+@pytest.mark.parametrize('lines', [3, 4_000, 40_000])
+def test_text_fits_says_what_the_whole_count_says_reading_only_what_it_needs(
+    lines: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A summariser's prompt rendered from a long log is tens of megabytes: whether it fits is told
+    # from its first pieces, and the answer is the whole count's, at every limit around it.
+    from pydantic_ai_context.tokens import text_fits
+
+    words = ['alpha', 'beta', 'src/pkg/core.py:120', 'FAILED', 'élan', '42', '  ', 'x' * 30, '{"k": 1}']
+    rng = random.Random(lines)
+    text = '\n'.join(
+        f'{rng.choice(["user", "assistant", "tool result"])}: '
+        + ' '.join(rng.choice(words) for _ in range(12))
+        for _ in range(lines)
+    )
+    for counter in (TiktokenCounter(), HeuristicCounter()):
+        total = counter.count_text(text)
+        for limit in (0, total // 3, total - 1, total, total + 1):
+            assert text_fits(counter, text, limit) == (total <= limit)
+    counter = TiktokenCounter()
+    if counter.encoding is None or len(text) <= tokens.PIECE_CHARS:
+        return
+    encoded: list[int] = []
+    encode = counter.encoding.encode_ordinary
+    monkeypatch.setattr(
+        counter.encoding, 'encode_ordinary', lambda piece: encoded.append(len(piece)) or encode(piece)
+    )
+    assert not text_fits(counter, text, 10)
+    assert sum(encoded) <= tokens.PIECE_CHARS * 2  # the first piece told it

@@ -591,6 +591,41 @@ class TiktokenCounter(_MessageCounter):
         return self._count(text) if text else 0
 
 
+def text_fits(counter: TokenCounter, text: str, limit: int) -> bool:
+    """Whether `counter.count_text(text) <= limit`, encoding no more of a long text than it takes to
+    tell.
+
+    A `TiktokenCounter` counts a long text as the sum of its pieces (`pieces`), so the pieces are
+    counted until their sum passes `limit`: a summariser's prompt rendered from tens of megabytes
+    of history is rejected after its first few pieces. Any other counter counts the whole text.
+
+    Example:
+        ```python
+        from pydantic_ai_context import TiktokenCounter
+        from pydantic_ai_context.tokens import text_fits
+
+        counter = TiktokenCounter()
+        text = 'a line of output\\n' * 100_000
+        assert text_fits(counter, text, counter.count_text(text))
+        assert not text_fits(counter, text, 1_000)
+        ```
+    """
+    if (
+        isinstance(counter, TiktokenCounter)
+        and type(counter).count_text is TiktokenCounter.count_text
+        and counter.encoding is not None
+        and len(text) > PIECE_CHARS
+    ):
+        encode = counter.encoding.encode_ordinary
+        total = 0
+        for piece in pieces(text):
+            total += len(encode(piece))
+            if total > limit:
+                return False
+        return True
+    return counter.count_text(text) <= limit
+
+
 _DEFAULT_COUNTERS: dict[tuple[str, bool, str | None, bool, bool], TiktokenCounter] = {}
 _DEFAULT_COUNTERS_LOCK: Final = threading.Lock()
 

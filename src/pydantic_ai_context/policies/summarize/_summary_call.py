@@ -12,11 +12,12 @@ summary never breaks the run.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from pydantic_ai.messages import ModelMessage
 
@@ -35,6 +36,7 @@ from pydantic_ai_context.policies.summarize.summariser import (
     summary_prompt,
 )
 from pydantic_ai_context.policies.summarize.summary_cache import SummaryCache
+from pydantic_ai_context.tokens import text_fits
 from pydantic_ai_context.views import CompileContext
 
 logger = logging.getLogger('pydantic_ai_context.summarize')
@@ -45,6 +47,12 @@ AHEAD: Final = 'summarised ahead'
 """The reason a summary made in the background is written for (`SummaryCalls.write`'s `why`)."""
 _OVERSIZE: Final = 2
 """A summary longer than this many times the size asked for is discarded (the static marker is used)."""
+T = TypeVar('T')
+
+OFF_LOOP_MESSAGES: Final = 2_000
+"""Span length (messages) from which the summariser's prompt is rendered and fitted in a worker
+thread (as a compile's steps are from `_offload.OFFLOAD_MESSAGES`, the same length)."""
+
 _MIN_PART_CHARS: Final = 250
 """The shortest clip of one part when a transcript is cut down to fit the summariser's window."""
 _USAGE: Final = ('summary_calls', 'summary_input_tokens', 'summary_output_tokens')
@@ -171,8 +179,17 @@ class SummaryCalls:
                 tried = (self.oversized, len(shorter))
                 found = None
                 if tried != self.unsplit:
-                    found = self._longest_fitting(
-                        policy, messages, start, shorter, previous, asked_size, context, model
+                    found = await _off_loop_if_long(
+                        shorter[-1] - start,
+                        self._longest_fitting,
+                        policy,
+                        messages,
+                        start,
+                        shorter,
+                        previous,
+                        asked_size,
+                        context,
+                        model,
                     )
                 if found is None:
                     self.unsplit = tried  # as `oversized`: no shorter link fits now either
@@ -211,16 +228,30 @@ class SummaryCalls:
         model: Any,
     ) -> tuple[int, str] | None:
         """The furthest of `ends` (ascending) whose span from `start` fits the summariser's window,
-        with its prompt; None if even the nearest does not. A longer span's transcript is longer,
-        so a binary search over the ends renders a few transcripts, not one per end."""
+        with its prompt; None if even the nearest does not. A longer span's transcript is longer:
+        the spans are tried growing (1, 2, 4... ends in) until one does not fit, then bisected
+        between, so the transcripts rendered are at most about twice as long as the span that fits,
+        however long the whole span is (a long log's is tens of megabytes)."""
         limit = summariser_input_limit(context, model, _instructions(policy), size)
         best: tuple[int, str] | None = None
-        low, high = 0, len(ends) - 1
+
+        def fits(at: int) -> str | None:
+            return fitted_prompt(
+                messages[start : ends[at]], context, previous, size, policy.max_part_chars, limit
+            )
+
+        low, high, step = 0, len(ends) - 1, 1
+        while low <= high:
+            at = min(low + step - 1, high)
+            prompt = fits(at)
+            if prompt is None:
+                high = at - 1
+                break
+            best, low = (ends[at], prompt), at + 1
+            step *= 2
         while low <= high:
             mid = (low + high) // 2
-            prompt = fitted_prompt(
-                messages[start : ends[mid]], context, previous, size, policy.max_part_chars, limit
-            )
+            prompt = fits(mid)
             if prompt is None:
                 high = mid - 1
             else:
@@ -262,7 +293,9 @@ class SummaryCalls:
         # it again, at every request, would cost a pass over the whole span.
         oversized = (key, limit, active_generation())
         if prompt is None and not (oversized[2] is not None and oversized == self.oversized):
-            prompt = fitted_prompt(span, context, previous, size, settings.max_part_chars, limit)
+            prompt = await _off_loop_if_long(
+                len(span), fitted_prompt, span, context, previous, size, settings.max_part_chars, limit
+            )
         if prompt is None:
             self.oversized = oversized
             if oversized_ok:
@@ -315,6 +348,15 @@ class SummaryCalls:
         return text, 'summary'
 
 
+async def _off_loop_if_long(messages: int, work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)`, in a worker thread when it renders a transcript of at least `OFF_LOOP_MESSAGES`
+    messages: rendering and counting a long span's transcript (a few times, shorter each time, until
+    it fits) takes seconds, and a summary made ahead would hold the loop for all of it."""
+    if messages >= OFF_LOOP_MESSAGES:
+        return await asyncio.to_thread(work, *args)
+    return work(*args)
+
+
 def fitted_prompt(
     span: Sequence[ModelMessage],
     context: CompileContext,
@@ -334,7 +376,7 @@ def fitted_prompt(
     while True:
         transcript = render_transcript(span, max_part_chars=max_chars, originals=originals)
         prompt = summary_prompt(transcript, previous_summary=previous, max_tokens=size)
-        if limit is None or context.counter.count_text(prompt) <= limit:
+        if limit is None or text_fits(context.counter, prompt, limit):
             return prompt
         if max_chars > _MIN_PART_CHARS:
             max_chars = max(_MIN_PART_CHARS, max_chars // 2)

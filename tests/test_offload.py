@@ -31,6 +31,7 @@ from pydantic_ai_context import (
     profile,
     profiles,
 )
+from pydantic_ai_context._markers import conversation_key
 from pydantic_ai_context._offload import new_messages, warm_off_loop
 from pydantic_ai_context.integrity import validate_view
 from pydantic_ai_context.policies._base import SyncPolicy
@@ -422,3 +423,20 @@ def test_a_span_named_in_a_cycle_is_read_once() -> None:
     assert label == f'span of {len(log)} messages'
     assert '(earlier span a: shown above)' in text
     assert calls == SpanCalls(kept, 'c').of('b')
+
+
+def test_a_view_that_opens_otherwise_than_its_log_reads_the_logs_originals() -> None:
+    # After a provider's compaction (or a repair in the opening) the view a compile returns can
+    # open with another prompt than its log. A reader of that view, and a later log continuing
+    # it, are the same conversation: they read the originals the compile kept.
+    log = History().user('task 0: fix the tests').step(Tool('cat', {'path': 'a'}, 'A' * 50)).build()
+    view = History().user('continue the task').step(Tool('cat', {'path': 'b'}, 'B' * 50)).build()
+    assert conversation_key(view) != conversation_key(log)
+    kept = archive.ContextArchive()
+    sink = kept.sink(log, results=True)
+    sink.keep_span('s1', log[:2])
+    kept.compiled(sink, view)
+    for reader in (view, [*view, *History().step(Tool('ls', {}, 'x')).build()]):
+        conversation = kept.conversation_of(reader)
+        assert conversation == sink.conversation
+        assert kept.span('s1', conversation=conversation) == log[:2]

@@ -193,6 +193,8 @@ class _Lineage:
 
     id: int
     states: collections.deque[tuple[bytes, ...]]
+    key: str = ''
+    """The opening it was first compiled under: its originals are kept under `key~id`."""
 
     def continues(self, fingerprints: tuple[bytes, ...]) -> bool:
         """`fingerprints` and one of the states are one the start of the other (the same conversation)."""
@@ -326,6 +328,17 @@ class ContextArchive:
         for lineage in self._lineages.get(key, ()):
             if str(lineage.id) == number:
                 lineage.add(self._fingerprints_of(view))
+                # A view can open otherwise than its log (a summary or a repair in the opening):
+                # a reader of the view, or a log that continues it, finds the lineage by its own
+                # opening too, and reads the originals kept under the lineage's.
+                opening = conversation_key(view)
+                if opening != key:
+                    others = self._lineages.setdefault(opening, [])
+                    if not any(other is lineage for other in others):
+                        others.append(lineage)
+                        del others[:-_LINEAGES_PER_KEY]
+                    while len(self._lineages) > max(1, self.max_conversations):
+                        self._lineages.popitem(last=False)
 
     def _conversation(
         self, messages: Sequence[ModelMessage], run_context: Any, explicit: str | None, *, compiling: bool
@@ -354,13 +367,13 @@ class ContextArchive:
         elif not compiling:
             return None
         else:
-            found = _Lineage(next(self._lineage_ids), collections.deque(maxlen=_STATES_PER_LINEAGE))
+            found = _Lineage(next(self._lineage_ids), collections.deque(maxlen=_STATES_PER_LINEAGE), key)
             lineages.append(found)
             while len(lineages) > _LINEAGES_PER_KEY:
                 lineages.pop(0)
         if compiling:
             found.add(fingerprints)
-        return f'{key}~{found.id}'
+        return f'{found.key or key}~{found.id}'
 
     def _fingerprints_of(self, messages: Sequence[ModelMessage]) -> tuple[bytes, ...]:
         # During a compile the fold of the previous log (or view) is resumed from its first changed

@@ -295,6 +295,17 @@ def test_a_message_with_long_text_is_archived_as_the_json_of_it_whole(value: Any
         assert archive._json_of(value) == json.dumps(value, ensure_ascii=False)
 
 
+def edited_in_place(span: list[Any], n: int) -> bool:
+    """Edit the span's last message in place (between compiles: a new generation, so the span is
+    encoded whole again); whether it was a message that could be."""
+    last = span[-1] if span else None
+    if not isinstance(last, ModelRequest | ModelResponse):
+        return False
+    last.parts = [*last.parts]  # type: ignore[assignment]
+    last.metadata = {'edited': n}
+    return True
+
+
 def stored(store: archive.MemoryReadbackStore) -> dict[str, Any]:
     return {key: json.loads(value) for key, value in store._entries.items()}
 
@@ -319,12 +330,7 @@ def test_a_span_kept_again_longer_is_stored_as_when_kept_once(
     grown._message_json = lambda message, **kw: encoded.append(message) or encode(message, **kw)  # type: ignore[method-assign]
     scope = _scope.MemoScope()
     for n, span in enumerate(spans):
-        last = span[-1] if span else None
-        edited = edit and n == 1 and isinstance(last, ModelRequest | ModelResponse)
-        if edited:
-            # Edited in place between compiles: a new generation, so the span is encoded whole.
-            last.parts = [*last.parts]  # type: ignore[union-attr]
-            last.metadata = {'edited': n}  # type: ignore[union-attr]
+        edited = edit and n == 1 and edited_in_place(span, n)
         encoded.clear()
         with _scope.compiling(scope, log):
             grown.keep_span(f's{n}', span, conversation='c')
@@ -369,12 +375,7 @@ def test_a_long_span_kept_again_longer_names_the_one_before(
     scope = _scope.MemoScope()
     with patch.object(archive, '_CHAIN_CHARS', 0):
         for n, span in enumerate(spans):
-            last = span[-1] if span else None
-            edited = edit and n == 1 and isinstance(last, ModelRequest | ModelResponse)
-            if edited:
-                # Edited in place between compiles: a new generation, so the span is kept whole.
-                last.parts = [*last.parts]  # type: ignore[union-attr]
-                last.metadata = {'edited': n}  # type: ignore[union-attr]
+            edited = edit and n == 1 and edited_in_place(span, n)
             with _scope.compiling(scope, log):
                 chained.keep_span(f's{n}', span, conversation='c')
             document = stored(chained.store)[f'{archive._SPAN_KEY}c/s{n}']

@@ -43,6 +43,7 @@ from pydantic_ai_context.readback import (
 )
 from pydantic_ai_context.replay import extractive_summary_model
 
+from . import data
 from ._examples import examples
 from .builders import History, Tool, long_text
 from .invariants import assert_all
@@ -396,6 +397,24 @@ async def test_a_log_opening_with_a_follow_up_before_the_runs_prompt_reads_its_r
     assert list(refs.values()) == ['isolated'], 'the finished run is isolated into a record'
     for ref in refs:
         assert 'a.py 39: ' in read_context(ref, view, p.archive, limit=100_000)
+
+
+async def test_a_view_opening_at_a_later_run_than_its_log_reads_the_logs_originals() -> None:
+    """Found by the property above (a generated log, kept as it was): a provider's compaction in the
+    first response is a boundary, so the view opens after it at the next run's prompt, whose run id
+    names the conversation otherwise than the log's opening run. The view's readers, its recompile
+    and a log continuing it still reach the summary's span kept under the log's conversation."""
+    log = data.load_trajectory(data.DATA / 'readback_view_opens_at_a_later_run.json')
+    p = make('long_horizon', 6_000, reserved_output=500, keep_recent=1, step=2)
+    view = await p.compile(log)
+    assert p.archive.conversation_of(view) == p.archive.conversation_of(log) is not None
+    refs = refs_in(view)
+    assert 'summary' in refs.values()
+    continued = [*view, ModelResponse(parts=[TextPart('Done.')])]
+    for viewed in (view, continued):
+        for ref in refs:
+            assert read_context(ref, viewed, p.archive, limit=100_000)
+    assert await p.compile(view) == view
 
 
 @pytest.mark.skipif(CompactionPart is None, reason='pydantic-ai without CompactionPart')

@@ -246,13 +246,16 @@ class ContextArchive:
     `ContextSession`'s id) or a compile is given; by the id pydantic-ai gives the request that opens
     the log (its conversation id, else its run id) or the run in progress; else, for a log that
     carries no id (converted from another format), by its lineage: the logs and views compiled
-    before that it continues. A log that continues no lineage, or several, reads no originals.
+    before that it continues. A log that continues no lineage, or several, reads no originals. A
+    view that opens at a later run than its log (after a provider's compaction) names its log's
+    conversation too: its readers, and a log continuing it, read the same originals.
 
-    The lineages are per-conversation state, so they are bounded: `max_conversations` openings
-    (default 2,048, settable), the least recently compiled forgotten first. A conversation
-    forgotten that way is a new one the next time it is compiled (the originals kept for it stay
-    in the store, but its readers no longer reach them); within the cap, nothing changes. The
-    entries themselves are bounded by the store (`MemoryReadbackStore(max_chars=...)`).
+    The lineages (and those later openings) are per-conversation state, so they are bounded:
+    `max_conversations` openings (default 2,048, settable), the least recently compiled forgotten
+    first. A conversation forgotten that way is a new one the next time it is compiled (the
+    originals kept for it stay in the store, but its readers no longer reach them); within the cap,
+    nothing changes. The entries themselves are bounded by the store
+    (`MemoryReadbackStore(max_chars=...)`).
 
     Example:
         ```python
@@ -282,6 +285,10 @@ class ContextArchive:
         self.max_conversations = max_conversations
         """How many openings of conversations without an id are told apart (least recently compiled forgotten first)."""
         self._lineages: collections.OrderedDict[str, list[_Lineage]] = collections.OrderedDict()
+        # A view may open at a later run than its log (a provider's compaction is a boundary: the
+        # view starts there): the id that view carries names its log's conversation, so that its
+        # readers, and a log continuing it (1.x), reach the same originals. Bounded like the lineages.
+        self._aliases: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._lineage_ids = itertools.count(1)
         # About 428 bytes are counted a message: 8 MB held 19,600, so the first read of a longer log
         # evicted what the worker thread had measured before the loop read it, message by message.
@@ -324,6 +331,12 @@ class ContextArchive:
         replaces the history on pydantic-ai 1.x, a caller may pass it on) is the same conversation."""
         if not isinstance(sink, _Sink) or sink.archive is not self:
             return
+        identity = conversation_identity(view)
+        if identity is not None and identity != sink.conversation:
+            self._aliases[identity] = sink.conversation
+            self._aliases.move_to_end(identity)
+            while len(self._aliases) > max(1, self.max_conversations):
+                self._aliases.popitem(last=False)
         key, _, number = sink.conversation.partition('~')
         for lineage in self._lineages.get(key, ()):
             if str(lineage.id) == number:
@@ -348,7 +361,7 @@ class ContextArchive:
             return 'k' + hashlib.blake2b(named.encode('utf-8', 'surrogatepass'), digest_size=8).hexdigest()
         identity = conversation_identity(messages, run_context)
         if identity is not None:
-            return identity
+            return self._aliases.get(identity, identity)
         # No id: the opening names candidates, the lineage says which of them this log continues.
         key = conversation_key(messages)
         fingerprints = self._fingerprints_of(messages)

@@ -37,7 +37,7 @@ from pydantic_ai_context import (
 )
 from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR, marker
 from pydantic_ai_context.policies.fit import drop_record
-from pydantic_ai_context.replay import extractive_summary_model
+from pydantic_ai_context.replay import FactIndex, extractive_summary_model, replay
 
 from . import data
 from ._examples import every, examples
@@ -157,7 +157,7 @@ async def test_coding_prefix_is_stable_between_frontier_moves() -> None:
         if previous is not None and view[: len(previous)] != previous:
             breaks += 1
         previous = view
-    # 45 observations, frontier steps of 10 after keeping 2: at most 5 moves.
+    # 45 observations, frontier steps of 10 after keeping 1: at most 5 moves.
     assert 1 <= breaks <= 5
 
 
@@ -184,6 +184,35 @@ async def test_coding_on_real_trajectories(path: Path) -> None:
             assert breaks <= len(responses[::4]) // 2, 'the prefix should change only at frontier moves'
         assert await p.compile(view) == view
     assert log == snapshot
+
+
+@pytest.mark.parametrize('name', ['coding', 'chat'])
+async def test_one_recent_output_re_sends_less_at_each_move_and_keeps_the_needed_facts(name: str) -> None:
+    """The presets keep 1 observation whole after a frontier move, not 2 (issue 31).
+
+    The observations that left the window stay whole until a step of them has gathered, so the
+    frontier moves at the same requests either way; with 1, each move re-sends one whole output
+    fewer uncached and every later request carries one fewer. On a recorded run at 128k (only the
+    frontier changes the view there): the same prefix breaks, the same needed facts, a lower cost.
+    """
+    counter = TiktokenCounter()
+    for path in (data.SMALLEST, data.TRAJECTORY_DIR / 'oh_sdk_sonnet4_sympy_matrixsymbol_difference.json'):
+        log = data.load_trajectory(path)
+        facts = FactIndex.build(log)
+        default, two = [
+            await replay(
+                log,
+                profile(name, context_window=128_000, counter=counter, **settings),
+                context_window=128_000,
+                counter=counter,
+                facts=facts,
+            )
+            for settings in ({}, {'keep_recent': 2})
+        ]
+        assert default.prefix_breaks == two.prefix_breaks > 0
+        assert default.needed_fact_retention == two.needed_fact_retention == 1.0
+        assert default.model_texts_kept == two.model_texts_kept
+        assert default.cost < two.cost, (path.stem, default.cost, two.cost)
 
 
 def scripted(received: list[list[ModelMessage]], steps: int) -> FunctionModel:

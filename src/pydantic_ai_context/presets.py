@@ -69,11 +69,11 @@ def coding(
 
     Args:
         keep_recent: Tool observations (result requests) kept verbatim at the end of the view.
-            The observations that left it stay whole until a `step` of them has
-            gathered, so the agent still sees 1 to `step` recent outputs; 1 rather than 2 leaves one
-            output fewer to re-send uncached at each frontier move (replay, six shared and four
-            held-out runs: cost lower at every window, e.g. `coding` at 128k 0.531 -> 0.504 and
-            0.553 -> 0.530 of no compaction, needed facts and model texts kept unchanged).
+            The observations that left it stay whole until a `step` of them has gathered, so the
+            agent still sees 1 to `step` recent outputs; 1 rather than 2 leaves one output fewer
+            to re-send uncached at each frontier move (replay, six shared and four held-out runs:
+            cost lower at every window, e.g. `coding` at 128k 0.531 -> 0.504 and 0.553 -> 0.530
+            of no compaction, needed facts and model texts kept unchanged).
         step: Observations the compaction frontier advances at once; larger steps rewrite the
             cached prompt prefix less often.
         budget_step: When the view would be over the soft threshold, the frontier masks further

@@ -335,8 +335,7 @@ class ContextArchive:
         if identity is not None and identity != sink.conversation:
             self._aliases[identity] = sink.conversation
             self._aliases.move_to_end(identity)
-            while len(self._aliases) > max(1, self.max_conversations):
-                self._aliases.popitem(last=False)
+            self._bound(self._aliases)
         key, _, number = sink.conversation.partition('~')
         for lineage in self._lineages.get(key, ()):
             if str(lineage.id) == number:
@@ -350,8 +349,7 @@ class ContextArchive:
                     if not any(other is lineage for other in others):
                         others.append(lineage)
                         del others[:-_LINEAGES_PER_KEY]
-                    while len(self._lineages) > max(1, self.max_conversations):
-                        self._lineages.popitem(last=False)
+                    self._bound(self._lineages)
 
     def _conversation(
         self, messages: Sequence[ModelMessage], run_context: Any, explicit: str | None, *, compiling: bool
@@ -370,8 +368,7 @@ class ContextArchive:
             if not compiling:
                 return None
             lineages = self._lineages[key] = []
-            while len(self._lineages) > max(1, self.max_conversations):
-                self._lineages.popitem(last=False)
+            self._bound(self._lineages)
         elif compiling:
             self._lineages.move_to_end(key)
         matches = [lineage for lineage in lineages if lineage.continues(fingerprints)]
@@ -387,6 +384,11 @@ class ContextArchive:
         if compiling:
             found.add(fingerprints)
         return f'{found.key or key}~{found.id}'
+
+    def _bound(self, table: collections.OrderedDict[str, Any]) -> None:
+        """Forget the least recently used entries of a per-conversation table beyond `max_conversations`."""
+        while len(table) > max(1, self.max_conversations):
+            table.popitem(last=False)
 
     def _fingerprints_of(self, messages: Sequence[ModelMessage]) -> tuple[bytes, ...]:
         # During a compile the fold of the previous log (or view) is resumed from its first changed

@@ -6,12 +6,14 @@ import re
 import warnings
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import RetryPromptPart, ToolCallPart, ToolReturnPart
 
 from pydantic_ai_context import _parts, replay
 from pydantic_ai_context._facts import (
+    _EXIT_CODE_RES,
+    _PATH_RUN_RE,
     SCAN_CHARS,
     call_summary,
     digest,
@@ -19,6 +21,7 @@ from pydantic_ai_context._facts import (
     fact_key,
     facts_in_digest,
     facts_in_text,
+    path_runs,
     paths_in,
     scanned_text,
 )
@@ -187,6 +190,65 @@ def test_paths_in_finds_what_searching_the_whole_text_found(text: str) -> None:
     # The per-token match finds the old search's matches, in order, and so does replay's finder.
     assert paths_in(text) == REFERENCE_PATH_RE.findall(text)
     assert replay.paths_in(text) == REPLAY_PATH_RE.findall(text)
+
+
+# Pieces of exit-code statements, in every case the searches equate (the Turkish i's included).
+EXIT_PIECES = st.sampled_from(
+    [
+        *('exit', 'EXIT', 'Exit', 'ex\u0131t', 'EX\u0130T', 'exited', 'return', 'RETURN', 'Return', 'retur'),
+        *(
+            'code',
+            'CODE',
+            'status',
+            'Status',
+            ' ',
+            '_',
+            ':',
+            '=',
+            '  ',
+            '\n',
+            '1',
+            '-2',
+            '0',
+            '42',
+            'x',
+            'ed',
+        ),
+        *(
+            '<returncode>',
+            '</returncode>',
+            '[Command finished with exit code ',
+            ']',
+            'completed with exit code ',
+        ),
+    ]
+)
+
+
+@settings(max_examples=examples(600), deadline=None)
+@given(st.lists(EXIT_PIECES, max_size=16).map(''.join))
+@example('ex\u0131t code 1')
+@example('EX\u0130T status: 3')
+@example('see RETURN CODE = -2')
+def test_the_exit_code_is_what_every_pattern_searched_through_the_text_finds(text: str) -> None:
+    # The case-insensitive patterns are skipped when the text does not hold their first word:
+    # the code found is the one searching with every pattern finds.
+    searched = None
+    for pattern in _EXIT_CODE_RES:
+        matches = pattern.findall(text)
+        if matches:
+            searched = int(matches[-1])
+            break
+    assert extract_facts(text).exit_code == searched
+
+
+@settings(max_examples=examples(600), deadline=None)
+@given(PATHLIKE_TEXT)
+@example('a/b c/d')
+@example('x.py//y/z.c/')
+@example('/')
+def test_path_runs_are_what_searching_for_them_finds(text: str) -> None:
+    assert path_runs(text) == _PATH_RUN_RE.findall(text)
 
 
 def test_extraction_on_the_shipped_runs_is_unchanged_but_for_the_scan_window() -> None:

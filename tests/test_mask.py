@@ -13,6 +13,8 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    TextPart,
+    ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
 )
@@ -21,6 +23,7 @@ from pydantic_ai_context import (
     CompileContext,
     ContextBudget,
     HeuristicCounter,
+    _facts,
     _parts,
     compile_view,
     normalize,
@@ -393,3 +396,33 @@ async def test_views_resumed_across_frontier_moves_equal_fresh_views_as_failures
             seen_failure_compacted |= (_parts.marker(first) or {}).get('kind') in ('masked', 'trimmed')
     if name != 'chat' or failure_lines > 12:  # chat does not mask; a short result is not trimmed
         assert seen_failure_compacted, 'the failure was never resolved and compacted: the test proves nothing'
+
+
+def test_a_compile_scans_each_text_for_facts_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Masking reads the paths the messages after a result name (to list them first in its digest),
+    # and which facts each message shows; both read the same texts, scanned once between them.
+    scanned: list[str] = []
+    scan = _facts.extract_facts
+
+    def counting(text: str) -> Any:
+        scanned.append(text)
+        return scan(text)
+
+    monkeypatch.setattr(_facts, 'extract_facts', counting)
+    log: list[Any] = [ModelRequest(parts=[UserPromptPart('Audit src/pkg.')])]
+    for i in range(60):
+        note = ' '.join(
+            f'Point {k}: src/pkg/module_{(i + k) % 9}.py reads token {i * 7 + k}.' for k in range(20)
+        )
+        log.append(
+            ModelResponse(
+                parts=[TextPart(note), ToolCallPart('view', {'path': f'src/m{i}.py'}, tool_call_id=f'c{i}')]
+            )
+        )
+        output = '\n'.join(f'{n:4}  def f_{n}():  # src/pkg/module_{n % 9}.py' for n in range(80))
+        log.append(ModelRequest(parts=[ToolReturnPart('view', output, tool_call_id=f'c{i}')]))
+    compiled = profile('coding', context_window=128_000, counter=HeuristicCounter())
+    asyncio.run(compiled.compile(log))
+    assert scanned
+    twice = sum(len(text) for text in set(scanned) if scanned.count(text) > 1)
+    assert twice <= 0.01 * sum(map(len, scanned)), 'texts were scanned for facts more than once'

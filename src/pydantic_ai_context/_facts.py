@@ -70,10 +70,31 @@ repetition is bounded (255 characters a component, `NAME_MAX`), and a token is m
 
 _PATH_RUN_RE: Final = re.compile(r'(?<![\w./-])[\w.-]*+/[\w./-]*+')
 """A maximal run of the characters a path holds (word characters, `.`, `-`, `/`) with a slash in it.
+`path_runs` finds what searching a text with it finds."""
+_RUN_RE: Final = re.compile(r'[\w./-]*+')
 
-Tried only where a run starts (the look-behind), and possessive: each run is read once, and a run
-without a slash (a word, a dump) is given up at its first other character.
-"""
+
+def path_runs(text: str) -> list[str]:
+    """`_PATH_RUN_RE.findall(text)`: the maximal runs of path characters that hold a slash, in order.
+
+    Found from the slashes (`str.find`) rather than by a search, which tries every position of
+    the text (twenty times slower on tool output): each run is read forwards from its first slash,
+    and backwards in the reversed text.
+    """
+    found: list[str] = []
+    k = text.find('/')
+    if k < 0:
+        return found
+    backwards = text[::-1]
+    n = len(text)
+    match = _RUN_RE.match
+    while k >= 0:
+        end = match(text, k).end()
+        found.append(text[n - match(backwards, n - 1 - k).end() : end])
+        k = text.find('/', end)
+    return found
+
+
 _SLASHES_RE: Final = re.compile(r'/{2,}')
 
 ERROR_LINE_RE: Final = re.compile(r'Error|Exception|FAILED|Traceback|error:|FAIL:')
@@ -94,6 +115,8 @@ _EXIT_CODE_RES: Final = (
     ),
     re.compile(r'\breturn ?code\s{0,64}+[:=]\s{0,64}+(-?\d{1,10})(?!\d)', re.IGNORECASE),
 )
+_EXIT_CODE_NEEDLES: Final = (None, None, None, 'exit', 'return')
+"""The word every match of each case-insensitive pattern of `_EXIT_CODE_RES` holds (lowercased)."""
 _EXIT_KEYS: Final = ('exit_code', 'returncode', 'return_code', 'exit_status', 'exitcode', 'status_code')
 
 IDENTIFYING_ARGS: Final = (
@@ -208,7 +231,7 @@ def paths_in(text: str) -> list[str]:
         ```
     """
     found: list[str] = []
-    for run in _PATH_RUN_RE.findall(text):
+    for run in path_runs(text):
         if '.' not in run:
             continue
         pieces = _SLASHES_RE.split(run) if '//' in run else [run]
@@ -234,7 +257,16 @@ def _exit_code_in_text(text: str, scanned: str) -> int | None:
             found = exit_code_in_mapping(loaded)
             if found is not None:
                 return found
-    for pattern in _EXIT_CODE_RES:
+    lowered: str | None = None
+    for pattern, needle in zip(_EXIT_CODE_RES, _EXIT_CODE_NEEDLES, strict=True):
+        if needle is not None:
+            # A case-insensitive search tries every position of the text; most texts do not hold
+            # the word it starts with at all, which `in` tells at C speed. `lower()` maps each
+            # letter the search equates with `needle`'s to it, but for the two Turkish i's.
+            if lowered is None:
+                lowered = scanned.lower()
+            if needle not in lowered and not ('\u0131' in scanned or '\u0130' in scanned):
+                continue
         # The last statement wins: a session that ran several commands ends with the one that counts.
         matches = pattern.findall(scanned)
         if matches:

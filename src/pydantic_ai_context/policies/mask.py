@@ -376,7 +376,7 @@ class MaskObservations(SyncPolicy):
             keys = frozenset(
                 _facts.file_key(path)
                 for part in message.parts
-                for path in _facts.extract_facts(_parts.part_text(part)).paths
+                for path in _facts.remembered_facts(_parts.part_text(part)).paths
             )
             if keys:
                 tails = frozenset(t for key in keys for t in _facts.path_tails(key))

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, SystemPromptPart, UserPromptPart
 
 from pydantic_ai_context import normalize, run_spans, validate_view
-from pydantic_ai_context._boundaries import prompt_parts
+from pydantic_ai_context._boundaries import is_tool_content, prompt_parts
 from pydantic_ai_context._compaction import boundary, holds_provider_part, window
 from pydantic_ai_context._parts import is_pinned, marker
 from pydantic_ai_context.views import current_prompt
@@ -24,9 +24,13 @@ def assert_framing_kept(log: Sequence[ModelMessage], view: Sequence[ModelMessage
         if isinstance(part, SystemPromptPart):
             assert part in view_parts, f'system prompt lost: {part.content[:60]!r}'
     # As the policies read it (normalized: dropping an orphan result can make a tool's content the
-    # first prompt).
+    # first prompt). Content a tool returned beside results the model reads is no prompt: a view
+    # masks it with them.
     messages = normalize(log)
-    first_user = next((p for m in messages for p in m.parts if isinstance(p, UserPromptPart)), None)
+    first_user = next(
+        (p for m in messages for p in m.parts if isinstance(p, UserPromptPart) and not is_tool_content(p, m)),
+        None,
+    )
     before = next((i for i, m in enumerate(messages) if first_user in m.parts), len(messages))
     if any(holds_provider_part(m) for m in messages[:before]):
         # What is sent opens with a provider's compaction: the task framing went into the provider's

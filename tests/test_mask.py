@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from pydantic_ai.messages import (
+    ImageUrl,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    SystemPromptPart,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
@@ -247,6 +249,26 @@ def test_chain_keeps_invariants_and_is_idempotent(log: list[ModelMessage]) -> No
     view = compile_chain(steps, base, budget)
     assert_all(log, snapshot, view)
     assert compile_chain(steps, view, budget) == view
+
+
+def test_a_tools_content_before_any_prompt_is_masked_with_its_result_and_the_first_prompt_kept() -> None:
+    # The log opens with a system prompt and tool steps; the first user prompt part is a screenshot
+    # a tool returned beside its result (`ToolReturn` content): no prompt, masked with the result.
+    log: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart('You are a coding agent.')])]
+    for i in range(4):
+        output = '\n'.join(f'src/app/models.py:{n}: some output line {n}' for n in range(40))
+        log.append(ModelResponse(parts=[ToolCallPart('read_file', {'path': 'a.py'}, tool_call_id=f'c{i}')]))
+        parts: list[Any] = [ToolReturnPart('read_file', output, tool_call_id=f'c{i}')]
+        if i == 0:
+            parts.append(UserPromptPart(['read_file screenshot:', ImageUrl('https://example.com/shot.png')]))
+        log.append(ModelRequest(parts=parts))
+    log.append(ModelResponse(parts=[TextPart('Two actions, sorry.')]))
+    log.append(ModelRequest(parts=[UserPromptPart('Please provide exactly one action.')]))
+    view = compile_chain(chain(Frontier(keep_recent=1, step=2)), normalize(log))
+    assert not any(
+        isinstance(p, UserPromptPart) and not isinstance(p.content, str) for m in view for p in m.parts
+    )
+    assert_all(log, copy.deepcopy(log), view)
 
 
 @PROPS

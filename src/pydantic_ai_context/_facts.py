@@ -89,8 +89,10 @@ def path_runs(text: str) -> list[str]:
     n = len(text)
     match = _RUN_RE.match
     while k >= 0:
-        end = match(text, k).end()
-        found.append(text[n - match(backwards, n - 1 - k).end() : end])
+        forward, backward = match(text, k), match(backwards, n - 1 - k)
+        assert forward is not None and backward is not None  # each matches at least the slash
+        end = forward.end()
+        found.append(text[n - backward.end() : end])
         k = text.find('/', end)
     return found
 

@@ -87,14 +87,17 @@ def path_runs(text: str) -> list[str]:
         return found
     backwards = text[::-1]
     n = len(text)
-    match = _RUN_RE.match
     while k >= 0:
-        forward, backward = match(text, k), match(backwards, n - 1 - k)
-        assert forward is not None and backward is not None  # each matches at least the slash
-        end = forward.end()
-        found.append(text[n - backward.end() : end])
+        end = _run_end(text, k)
+        found.append(text[n - _run_end(backwards, n - 1 - k) : end])
         k = text.find('/', end)
     return found
+
+
+def _run_end(text: str, at: int) -> int:
+    """Where the run of path characters from `at` ends (a slash at `at`: it is one)."""
+    run = _RUN_RE.match(text, at)
+    return run.end() if run is not None else at
 
 
 _SLASHES_RE: Final = re.compile(r'/{2,}')

@@ -16,6 +16,8 @@ PATH_RE = re.compile(r'/?(?:[\w.-]+/)+[\w.-]+\.[A-Za-z]\w{0,5}')
 """`_facts.PATH_RE` before issue 13, searched through the text."""
 REPLAY_PATH_RE = re.compile(r'(?:[\w.-]+/)+[\w.-]+\.[A-Za-z]\w{0,5}')
 """`replay.PATH_PATTERN`, searched through the text."""
+PATH_RUN_RE = re.compile(r'(?<![\w./-])[\w.-]*+/[\w./-]*+')
+"""`_facts.path_runs` as the search it replaced: each maximal run of path characters with a slash."""
 ERROR_LINE_RE = re.compile(r'Error|Exception|FAILED|Traceback|error:|FAIL:')
 EXIT_CODE_RES = (
     re.compile(r'<returncode>\s*(-?\d+)\s*</returncode>'),

@@ -13,7 +13,6 @@ from pydantic_ai.messages import RetryPromptPart, ToolCallPart, ToolReturnPart
 from pydantic_ai_context import _parts, replay
 from pydantic_ai_context._facts import (
     _EXIT_CODE_RES,
-    _PATH_RUN_RE,
     SCAN_CHARS,
     call_summary,
     digest,
@@ -29,7 +28,7 @@ from pydantic_ai_context._facts import (
 from . import data
 from ._examples import examples
 from .reference_facts import PATH_RE as REFERENCE_PATH_RE
-from .reference_facts import REPLAY_PATH_RE, reference_exit_code, reference_facts
+from .reference_facts import PATH_RUN_RE, REPLAY_PATH_RE, reference_exit_code, reference_facts
 
 BENCH_PATH = re.compile(r'(?:[\w.-]+/)+[\w.-]+\.[A-Za-z]\w{0,5}')
 # Pieces that make paths, near-paths and the separators between them, for generated text.
@@ -248,7 +247,7 @@ def test_the_exit_code_is_what_every_pattern_searched_through_the_text_finds(tex
 @example('x.py//y/z.c/')
 @example('/')
 def test_path_runs_are_what_searching_for_them_finds(text: str) -> None:
-    assert path_runs(text) == _PATH_RUN_RE.findall(text)
+    assert path_runs(text) == PATH_RUN_RE.findall(text)
 
 
 def test_extraction_on_the_shipped_runs_is_unchanged_but_for_the_scan_window() -> None:

@@ -24,7 +24,7 @@ import hashlib
 import math
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_checkable
 
@@ -158,6 +158,11 @@ TEXT_MEMO_ENTRIES: Final = 16_384
 """How many such counts a counter remembers (the least recently used forgotten first)."""
 
 
+def text_key(text: str) -> bytes:
+    """The digest a long text's count is remembered under (see `_MessageCounter._text_tokens`)."""
+    return hashlib.blake2b(text.encode('utf-8', 'surrogatepass'), digest_size=16).digest()
+
+
 class _MessageCounter:
     """The message-walking and memo shared by every counter here; subclasses count text."""
 
@@ -239,7 +244,7 @@ class _MessageCounter:
         encoding a few hundred."""
         if len(text) < TEXT_MEMO_CHARS:
             return self.count_text(text)
-        key = hashlib.blake2b(text.encode('utf-8', 'surrogatepass'), digest_size=16).digest()
+        key = text_key(text)
         with self._lock:
             found = self._texts.get(key)
             if found is not None:
@@ -251,6 +256,32 @@ class _MessageCounter:
             while len(self._texts) > TEXT_MEMO_ENTRIES:
                 self._texts.popitem(last=False)
         return found
+
+    def _stored_counts_name(self) -> str | None:
+        """The name counts kept outside the process are filed under (`ContextSession` keeps a
+        resumed log's), or `None` when this counter's counts are cheap or not reproducible by name."""
+        return None
+
+    def _known_text_counts(self, keys: Iterable[bytes]) -> dict[bytes, int]:
+        """The remembered counts of the long texts with these `text_key`s (those still remembered)."""
+        with self._lock:
+            texts = self._texts
+            return {key: texts[key] for key in keys if key in texts}
+
+    def _remember_text_counts(self, counts: Mapping[bytes, int]) -> int:
+        """Remember counts computed before (by a counter of the same `_stored_counts_name`); returns
+        how many were new. At most `TEXT_MEMO_ENTRIES` are kept, the last given last forgotten."""
+        with self._lock:
+            texts = self._texts
+            new = 0
+            for key, tokens in counts.items():
+                if key not in texts:
+                    new += 1
+                texts[key] = tokens
+                texts.move_to_end(key)
+            while len(texts) > TEXT_MEMO_ENTRIES:
+                texts.popitem(last=False)
+            return new
 
     def _entry(self, message: ModelMessage) -> _Entry:
         found = self._memo.get(message)
@@ -589,6 +620,13 @@ class TiktokenCounter(_MessageCounter):
     def count_text(self, text: str) -> int:
         """The tokens of `text`; special-token strings like `<|endoftext|>` count as plain text."""
         return self._count(text) if text else 0
+
+    def _stored_counts_name(self) -> str | None:
+        # The backend and the encoding it loaded name the counts; a subclass that counts text its
+        # own way has counts no name tells apart.
+        if self.encoding is None or type(self).count_text is not TiktokenCounter.count_text:
+            return None
+        return self.name
 
 
 def text_fits(counter: TokenCounter, text: str, limit: int) -> bool:

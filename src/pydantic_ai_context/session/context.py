@@ -22,7 +22,6 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Tool
 from ..budget import ContextBudget
 from ..commands import HistoryStats, history_stats
 from ..errors import HistoryIntegrityError
-from ..events import CompactionEvent
 from ..openai_format import from_openai, to_openai
 from ..policies.summarize import SummarizeWindow
 from ..profiles import ContextProfile
@@ -30,7 +29,8 @@ from ..profiles import profile as make_profile
 from ..readback.archive import ContextArchive
 from ..store import ArtifactStore, MemoryStore, SessionStore
 from ..store._codec import check_id
-from ..views import CompileContext, compile_view, conversation_view
+from ..views import conversation_view
+from ._counts import TokenCountIndex
 from ._log import SessionLog, session_log
 from .readback import StoreReadbackStore
 from .summaries import StoreSummaryCache, SummaryIndex
@@ -129,6 +129,7 @@ class ContextSession:
         self._stored: SessionLog = session_log(self.store, self.session_id, scope=scope)
         self._summary_caches: list[StoreSummaryCache] = []
         self._index = SummaryIndex(self.store, self.session_id)
+        self._counts = TokenCountIndex(self.store, self.session_id)
         base = profile if profile is not None else make_profile()
         # The originals the markers name, kept in the session's own database (see `session.readback`).
         self._readback: StoreReadbackStore | None = None
@@ -162,6 +163,7 @@ class ContextSession:
         """
         session = cls(profile, store=store, session_id=session_id, scope=scope)
         session._log = await session._stored.load()
+        await session._counts.load()
         if session._readback is not None:
             await session._readback.preload()
         if session._summary_caches:
@@ -279,28 +281,18 @@ class ContextSession:
         `context_window`, else `resolve_context_window`)
         minus reserved output, reserved system tokens and a safety margin (`ContextBudget.for_model`).
         The log is not changed; summaries written for the view are persisted to the store.
+
+        It is the profile's `compile` with the session id as the conversation: each request
+        resumes from the previous one, heavy work runs off the event loop, and the compile ends
+        with a `ContextUsageEvent` (`profile.last_usage`).
         """
         async with self._lock:
-            log = list(self._log)
-            if budget is None:
-                budget = self.profile.budget_for(model)
-            context = CompileContext(
-                counter=self.profile.counter_for(model),
-                budget=budget,
-                model=self.profile.summary_model if self.profile.summary_model is not None else model,
-                log=log,
-                # The view may be sent anywhere: keep every original its markers name.
-                originals=self.profile.archive.sink(log, results=True) if self.profile.readback else None,
-                background=self.profile._background,
+            self._counts.feed(self.profile.counter_for(model))
+            # Through the profile's compile: its scope resumes the chain's folds from the previous
+            # request (each request's work is what is new), and heavy work runs off the event loop.
+            view = await self.profile.compile(
+                list(self._log), model=model, budget=budget, conversation=self.session_id
             )
-            view = await compile_view(
-                log,
-                self.profile.steps,
-                context,
-                on_event=self._on_event,
-                count_tokens=bool(self.profile.event_handlers),
-            )
-            await self.profile.deliver_background_events()
             await self._persist_summaries()
             return view
 
@@ -312,7 +304,7 @@ class ContextSession:
         writes ahead again). `async with session:` closes it on exit.
         """
         await self.profile.close_background()
-        await self._persist_summaries()
+        await self._persist_summaries(final=True)
 
     async def __aenter__(self) -> ContextSession:
         return self
@@ -320,12 +312,7 @@ class ContextSession:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def _on_event(self, event: CompactionEvent) -> None:
-        event = dataclasses.replace(event, profile=self.profile.name)
-        self.profile._record(event)
-        await self.profile._dispatch(event)  # a handler that raises is logged, never propagated
-
-    async def _persist_summaries(self) -> None:
+    async def _persist_summaries(self, *, final: bool = False) -> None:
         if self._readback is not None:
             await self._readback.flush()
         used: dict[str, None] = {}
@@ -333,6 +320,7 @@ class ContextSession:
             await cache.flush()
             used.update(dict.fromkeys(cache.used))
         await self._index.save(list(used))
+        await self._counts.save(self._log, final=final)
 
     # --- running an agent -------------------------------------------------------------------
 
@@ -384,6 +372,9 @@ class ContextSession:
         if apply_profile:
             kwargs['capabilities'] = [*(kwargs.get('capabilities') or ()), self.profile]
         async with self._lock:
+            # The run compiles with the counter of the model it resolves: that of `model=`, else
+            # the agent's (a profile without its own counter shares one per encoding).
+            self._counts.feed(self.profile.counter_for(kwargs.get('model') or getattr(agent, 'model', None)))
             try:
                 result, self._log = await self._stored.run(agent, prompt, list(self._log), kwargs)
             finally:

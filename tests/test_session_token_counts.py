@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -24,6 +25,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_context import (
     ContextUsageEvent,
@@ -36,7 +38,7 @@ from pydantic_ai_context import (
 from pydantic_ai_context.policies import _frontier
 from pydantic_ai_context.session import ContextSession
 from pydantic_ai_context.session._counts import TOKEN_COUNTS_NAMESPACE, TokenCountIndex, _checksum, _render
-from pydantic_ai_context.tokens import TEXT_MEMO_CHARS, text_key
+from pydantic_ai_context.tokens import TEXT_MEMO_CHARS, default_counter, text_key
 
 
 def output(step: int) -> str:
@@ -274,3 +276,27 @@ async def test_messages_for_request_reads_only_what_is_new_and_reports_its_usage
     assert max(read) <= 4
     assert [type(e) for e in usages if isinstance(e, ContextUsageEvent)] == [ContextUsageEvent] * 2
     assert session.profile.last_usage is not None
+
+
+async def test_a_resumed_run_takes_the_stored_counts_into_the_counter_of_the_agents_model() -> None:
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart('done')])
+
+    agent = Agent(FunctionModel(reply))
+    store = MemoryStore()
+    log = tool_log(30)
+    session = ContextSession(profile('coding', context_window=32_000), store=store, session_id='s1')
+    await session.add_messages(log)
+    await session.run(agent, 'Go on.')
+    await session.close()
+    # The profile has no counter of its own: the run counts with the process-wide one of its model.
+    counter = default_counter(agent.model)  # type: ignore[arg-type]
+    counter.cache_clear()  # as a new process would start
+    count = counter._count
+    encoded = spying(counter)
+    try:
+        again = await ContextSession.open(store, 's1', profile=profile('coding', context_window=32_000))
+        assert (await again.run(agent, 'And now?')).output == 'done'
+    finally:
+        counter._count = count
+    assert not long_texts(log) & set(encoded)

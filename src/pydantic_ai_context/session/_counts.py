@@ -13,6 +13,7 @@ match is logged and ignored (the texts are counted again), and the next save rew
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -25,6 +26,7 @@ from typing import Any, Final
 
 from pydantic_ai.messages import ModelMessage
 
+from .._offload import OFFLOAD_CHARS
 from .._parts import part_text
 from ..store import ArtifactStore
 from ..tokens import TEXT_MEMO_CHARS, TEXT_MEMO_ENTRIES, _MessageCounter, text_key
@@ -63,6 +65,7 @@ class TokenCountIndex:
         self._last: ModelMessage | None = None
         self._unsaved = 0
         self._repair = False
+        self._saving = asyncio.Lock()
 
     @property
     def persistent(self) -> bool:
@@ -90,14 +93,58 @@ class TokenCountIndex:
         """Keep the counts the used counters know for `log`'s long texts; returns whether it wrote.
 
         Writes when enough counts are new (or on `final`, when any is), so a long session rewrites
-        its row a number of times logarithmic in its length.
+        its row a number of times logarithmic in its length. Hashing the texts is work in
+        proportion to the new ones: from `OFFLOAD_CHARS` on (a resumed log's first save) it runs
+        in a worker thread, off the event loop.
         """
         if not isinstance(self.store, ArtifactStore) or not self._used:
             return False
-        self._read(log)
+        async with self._saving:
+            texts = self._new_texts(log)
+            counters = list(self._used)
+            if sum(map(len, texts)) >= OFFLOAD_CHARS:
+                row = await asyncio.to_thread(self._collect, texts, counters, final)
+            else:
+                row = self._collect(texts, counters, final)
+            if row is None:
+                return False
+            await self.store.put_artifacts(
+                TOKEN_COUNTS_NAMESPACE,
+                {self.session_id: row},
+                meta={'kind': 'session-token-counts', 'session_id': self.session_id},
+                conversation_id=self.session_id,
+            )
+            self._unsaved = 0
+            self._repair = False
+            return True
+
+    def _new_texts(self, log: Sequence[ModelMessage]) -> list[str]:
+        """The long texts of `log`'s messages not read yet (all of them, if the log is not the one
+        read before plus new messages)."""
+        n = self._scanned
+        if n > len(log) or (n and log[n - 1] is not self._last):
+            self._keys = {}
+            n = 0
+        texts = [
+            text
+            for message in log[n:]
+            for part in message.parts
+            if len(text := part_text(part)) >= TEXT_MEMO_CHARS
+        ]
+        self._scanned = len(log)
+        self._last = log[-1] if log else None
+        return texts
+
+    def _collect(self, texts: list[str], counters: list[_MessageCounter], final: bool) -> str | None:
+        """Read `texts`' digests and the counts the counters know for them; the row to write, or
+        `None` when too few are new to be worth a write."""
         keys = self._keys
-        changed = self._repair
-        for counter in list(self._used):
+        for text in texts:
+            keys[text_key(text)] = None
+        if len(keys) > TEXT_MEMO_ENTRIES:
+            for key in list(keys)[: len(keys) - TEXT_MEMO_ENTRIES]:
+                del keys[key]
+        for counter in counters:
             name = counter._stored_counts_name()
             if name is None:
                 continue
@@ -112,39 +159,8 @@ class TokenCountIndex:
                 for key in list(stored)[: len(stored) - TEXT_MEMO_ENTRIES]:
                     del stored[key]
         written = sum(len(counts) for counts in self._stored.values())
-        if not changed and (
-            self._unsaved == 0
-            or (not final and self._unsaved < max(_MIN_BATCH, (written - self._unsaved) // 4))
-        ):
-            return False
-        await self.store.put_artifacts(
-            TOKEN_COUNTS_NAMESPACE,
-            {self.session_id: _render(self._stored)},
-            meta={'kind': 'session-token-counts', 'session_id': self.session_id},
-            conversation_id=self.session_id,
-        )
-        self._unsaved = 0
-        self._repair = False
-        return True
-
-    def _read(self, log: Sequence[ModelMessage]) -> None:
-        """Add the digests of the long texts of `log`'s messages not read yet (all of them, if the
-        log is not the one read before plus new messages)."""
-        n = self._scanned
-        if n > len(log) or (n and log[n - 1] is not self._last):
-            self._keys = {}
-            n = 0
-        keys = self._keys
-        for message in log[n:]:
-            for part in message.parts:
-                text = part_text(part)
-                if len(text) >= TEXT_MEMO_CHARS:
-                    keys[text_key(text)] = None
-        self._scanned = len(log)
-        self._last = log[-1] if log else None
-        if len(keys) > TEXT_MEMO_ENTRIES:
-            for key in list(keys)[: len(keys) - TEXT_MEMO_ENTRIES]:
-                del keys[key]
+        due = self._unsaved and (final or self._unsaved >= max(_MIN_BATCH, (written - self._unsaved) // 4))
+        return _render(self._stored) if self._repair or due else None
 
     def _parse(self, text: str) -> dict[str, dict[bytes, int]]:
         try:

@@ -244,6 +244,7 @@ def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
         'cached',
         'breaks/100',
         'perfect',
+        'bp cost',
         'peak',
         'over',
         'facts',
@@ -266,6 +267,7 @@ def file_table(title: str, results: dict[str, ReplayResult]) -> Table:
             _pct(result.cached_share),
             f'{result.breaks_per_100:.1f}',
             f'{result.perfect_cache_cost / base.cost:.3f}',
+            f'{result.breakpoint_cost / base.breakpoint_cost:.3f}',
             f'{result.peak_view_tokens:,}',
             f'{result.requests_over_window}' + (f' ({result.errors} err)' if result.errors else ''),
             _pct(result.fact_retention),
@@ -311,6 +313,9 @@ def summary_rows(all_results: dict[str, dict[int, dict[str, ReplayResult]]]) -> 
                     'perfect_cost_ratio': geometric_mean(
                         res.perfect_cache_cost / base.cost for res, base in pairs
                     ),
+                    'breakpoint_cost_ratio': geometric_mean(
+                        res.breakpoint_cost / base.breakpoint_cost for res, base in pairs
+                    ),
                     'summary_calls': sum(res.summary_calls for res, _ in pairs),
                     'dropping_compiles': sum(res.dropping_compiles for res, _ in pairs),
                     'summarised_compiles': sum(res.summarised_compiles for res, _ in pairs),
@@ -348,6 +353,7 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
         'cached',
         'breaks/100',
         'perfect/none',
+        'bp cost/none',
         'over',
         'facts',
         'needed',
@@ -371,6 +377,7 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
             _pct(row['cached_share']),
             f'{row["breaks_per_100"]:.1f}',
             f'{row["perfect_cost_ratio"]:.3f}',
+            f'{row["breakpoint_cost_ratio"]:.3f}',
             str(row['requests_over_window']) + (f' ({row["errors"]} err)' if row['errors'] else ''),
             _pct(row['fact_retention']),
             _pct(row['needed_fact_retention']),

@@ -202,6 +202,37 @@ def test_replay_reports_the_cache_breaks_and_the_perfect_cache(
     assert rows['none']['perfect_cost_ratio'] == pytest.approx(1.0)
 
 
+def test_replay_reports_the_cost_on_a_provider_with_explicit_breakpoints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_json = tmp_path / 'out.json'
+    log = write_log(tmp_path / 'log.json', small_log())
+    assert main(['replay', str(log), '-p', 'test_masking', '--window', '50000', '--json', str(out_json)]) == 0
+    printed = capsys.readouterr().out
+    document = json.loads(out_json.read_text())
+    (entry,) = document['histories']
+    results = {r['profile']: r for r in entry['results']}
+    masked, none = results['test_masking'], results['none']
+    # Sending the log as is appends every time: both caches read the same.
+    assert none['breakpoint_cost'] == pytest.approx(none['cost'])
+    assert [r['breakpoint_cached_tokens'] for r in none['records']] == [
+        r['cached_tokens'] for r in none['records']
+    ]
+    # Masking rewrites messages behind the end: an explicit-breakpoint cache reads no more than
+    # the longest common prefix, so it costs at least as much.
+    assert all(r['breakpoint_cached_tokens'] <= r['cached_tokens'] for r in masked['records'])
+    assert masked['breakpoint_cost'] >= masked['cost']
+    rows = {row['profile']: row for row in document['summary']}
+    assert rows['test_masking']['breakpoint_cost_ratio'] == pytest.approx(
+        masked['breakpoint_cost'] / none['breakpoint_cost']
+    )
+    ratio = masked['breakpoint_cost'] / none['breakpoint_cost']
+    assert (
+        f'vs none with explicit cache breakpoints (Anthropic, Bedrock: replay.breakpoints): test_masking {ratio:.3f}'
+        in printed
+    )
+
+
 # --- errors -----------------------------------------------------------------------------------
 
 

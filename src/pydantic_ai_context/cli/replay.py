@@ -183,6 +183,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             out.print(Text(line, style='red'))
         for line in drop_lines(per_profile):
             out.print(Text(line, style='yellow'))
+        out.print(Text(breakpoint_line(per_profile), style='dim'))
     rows = summary_rows(results, labels)
     if len(histories) > 1:
         emit(out, summary_table(rows), args.format)
@@ -329,6 +330,20 @@ def failure_lines(results: dict[str, ReplayResult]) -> list[str]:
     return lines
 
 
+def breakpoint_line(results: dict[str, ReplayResult]) -> str:
+    """Each profile's cost vs none on a provider that caches at explicit breakpoints, in one line
+    (the table's `vs none` is the cache of the longest common prefix: OpenAI's, Gemini's)."""
+    base = results['none']
+    ratios = ', '.join(
+        f'{label} {breakpoint_ratio(result, base):.3f}'
+        for label, result in results.items()
+        if label != 'none' and not failed(result)
+    )
+    return (
+        f'vs none with explicit cache breakpoints (Anthropic, Bedrock: replay.breakpoints): {ratios or "-"}'
+    )
+
+
 def drop_lines(results: dict[str, ReplayResult]) -> list[str]:
     """For each profile whose `fit_to_budget` dropped steps where a summarising step could act: why no
     summary took them (`ReplayResult.drop_reasons`), so that a drop is never unexplained."""
@@ -354,6 +369,12 @@ def perfect_ratio(result: ReplayResult, base: ReplayResult) -> float:
     """What `result`'s views would cost with a cache that never breaks, over what `none` costs: the
     floor of `cost vs none` for those view sizes."""
     return result.perfect_cache_cost / base.cost if base.cost else math.inf
+
+
+def breakpoint_ratio(result: ReplayResult, base: ReplayResult) -> float:
+    """What `result` costs on a provider that caches at explicit breakpoints (Anthropic, Bedrock),
+    over what `none` costs there (`ReplayResult.breakpoint_cost`)."""
+    return result.breakpoint_cost / base.breakpoint_cost if base.breakpoint_cost else math.inf
 
 
 def replay_table(history: History, results: dict[str, ReplayResult], *, window: Window) -> Table:
@@ -445,6 +466,11 @@ def summary_rows(results: Sequence[dict[str, ReplayResult]], labels: Sequence[st
                 'perfect_cost_ratio': _finite(geometric_mean(perfect_ratio(res, base) for res, base in pairs))
                 if ok
                 else None,
+                'breakpoint_cost_ratio': _finite(
+                    geometric_mean(breakpoint_ratio(res, base) for res, base in pairs)
+                )
+                if ok
+                else None,
                 'cached_share': statistics.fmean(res.cached_share for res, _ in pairs) if ok else None,
                 'breaks_per_100': 100
                 * sum(res.prefix_breaks for res, _ in pairs)
@@ -473,6 +499,7 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> Table:
         'histories',
         'cost ratio',
         'perfect cache',
+        'breakpoints',
         'cached',
         'breaks/100',
         'input ratio',
@@ -487,7 +514,7 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> Table:
             table.add_row(
                 Text(row['profile'], style='red'),
                 str(row['histories']),
-                *[Text(FAILED, style='red')] * 7,
+                *[Text(FAILED, style='red')] * 8,
                 Text(f'{row["errors"]} of {row["requests"]}', style='bold red'),
                 Text(FAILED, style='red'),
             )
@@ -497,6 +524,7 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> Table:
             str(row['histories']),
             fmt_ratio(row['cost_ratio']),
             fmt_ratio(row['perfect_cost_ratio']),
+            fmt_ratio(row['breakpoint_cost_ratio']),
             f'{row["cached_share"]:.1%}',
             f'{row["breaks_per_100"]:.1f}',
             fmt_ratio(row['input_ratio']),

@@ -22,10 +22,11 @@ Fact definitions:
   nothing could have been lost.
 
 The package's rooms: `engine` (the replay loop, `replay`, `ViewCompiler`), `results`
-(`RequestRecord`, `ReplayResult`, averaging helpers), `facts` (`FactIndex`, `paths_in`,
+(`RequestRecord`, `ReplayResult`, averaging helpers), `breakpoints` (what a provider that caches at
+explicit breakpoints would read), `facts` (`FactIndex`, `paths_in`,
 `error_lines`), `recall` (what reading back would have cost), `loading` (`load_history`,
 `load_histories`) and `extractive` (the offline summariser model). Arrows point one way:
-`engine` imports `facts`, `recall` and `results`; `recall` imports `facts`; nothing imports back.
+`engine` imports `breakpoints`, `facts`, `recall` and `results`; `recall` imports `facts`; nothing imports back.
 This module computes and never prints; `bench/replay.py` and the command line render it.
 """
 

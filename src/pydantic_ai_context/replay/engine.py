@@ -19,6 +19,7 @@ from ..errors import ContextBudgetExceeded
 from ..overhead import measure_overhead
 from ..request_tokens import RequestTokens, weigh_request
 from ..tokens import TokenCounter
+from .breakpoints import BreakpointCache
 from .facts import FactIndex
 from .recall import RecallLedger, recoverable
 from .results import ReplayResult, RequestRecord
@@ -102,6 +103,7 @@ async def replay(
     records: list[RequestRecord] = []
     previous: Sequence[ModelMessage] = ()
     previous_weight: RequestTokens | None = None
+    breakpoints = BreakpointCache(_sent)
     last_event: object = events[-1] if events else None
     for i, message in enumerate(messages):
         if not isinstance(message, ModelResponse):
@@ -133,6 +135,7 @@ async def replay(
         weight = _weigh(view, counter, parameters, overhead_tokens, per_message=True)
         view_tokens = weight.total_tokens
         cached, kept_whole = _cached_prefix(view, weight, previous, previous_weight)
+        breakpoint_cached = breakpoints.read(view, weight)
         output_tokens = counter.count_message(message)
         fact_share, needed_share = index.retention(i, view)
         present = index.present(view)
@@ -153,6 +156,7 @@ async def replay(
                 view_tokens=view_tokens,
                 cached_tokens=cached,
                 prefix_break=not kept_whole,
+                breakpoint_cached_tokens=breakpoint_cached,
                 perfect_cached_tokens=min(view_tokens, previous_weight.total_tokens)
                 if previous_weight is not None
                 else 0,

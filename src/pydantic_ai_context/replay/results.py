@@ -34,6 +34,12 @@ class RequestRecord:
     """The previous request is not a prefix of this one: some message of the previous view (or its
     instructions or tools) differs or is gone, so `cached_tokens` is less than the previous
     request's `view_tokens` and the rest is read uncached. Never set on the first request."""
+    breakpoint_cached_tokens: int = 0
+    """What a provider that caches at explicit breakpoints (Anthropic, Bedrock, with pydantic-ai's
+    `Caching`) would serve: the longest prefix ending at a breakpoint of this request, or up to 20
+    content blocks before one, that an earlier request wrote (`replay.breakpoints`). Equal to
+    `cached_tokens` when this request appends to the previous one; after a change more than about
+    20 blocks from the end, only the tools and instructions."""
     perfect_cached_tokens: int = 0
     """What a cache that never breaks would serve: every token of the previous request, as many as
     this request holds (`min(view_tokens, previous view_tokens)`; 0 on the first request). Only the
@@ -197,6 +203,23 @@ class ReplayResult:
         )
 
     @property
+    def breakpoint_cached_tokens(self) -> int:
+        return sum(r.breakpoint_cached_tokens for r in self.records)
+
+    @property
+    def breakpoint_cost(self) -> float:
+        """`cost` on a provider that caches at explicit breakpoints (`RequestRecord.breakpoint_cached_tokens`
+        cached, the rest of each request uncached; cache writes are not charged extra, as in `cost`)."""
+        cached = self.breakpoint_cached_tokens
+        return (
+            self.input_tokens
+            - cached
+            + cached * self.cache_read_price
+            + self.summary_input_tokens * self.summary_input_price
+            + self.summary_output_tokens * self.summary_output_price
+        )
+
+    @property
     def perfect_cache_cost(self) -> float:
         """`cost` if the prompt cache never broke: each request's tokens up to the previous request's
         size cached (`perfect_cached_tokens`), only what it appends uncached; the summariser is charged
@@ -318,6 +341,7 @@ class ReplayResult:
             'prefix_breaks': self.prefix_breaks,
             'breaks_per_100': self.breaks_per_100,
             'perfect_cache_cost': self.perfect_cache_cost,
+            'breakpoint_cost': self.breakpoint_cost,
             'dropping_compiles': self.dropping_compiles,
             'summarised_compiles': self.summarised_compiles,
             'drop_reasons': self.drop_reasons,

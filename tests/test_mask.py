@@ -271,6 +271,37 @@ def test_a_tools_content_before_any_prompt_is_masked_with_its_result_and_the_fir
     assert_all(log, copy.deepcopy(log), view)
 
 
+def test_a_runs_prompt_sent_with_deferred_tool_results_stays_when_the_results_are_masked() -> None:
+    # Run 2 opens with the result of a call run 1 deferred and the user's new prompt beside it
+    # (pydantic-ai's `deferred_tool_results`): that prompt is the task at hand, not tool content.
+    output = '\n'.join(f'src/app/models.py:{n}: some output line {n}' for n in range(40))
+    log: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('task 1')], run_id='run-1'),
+        ModelResponse(parts=[ToolCallPart('deploy', {'env': 'prod'}, tool_call_id='d1')], run_id='run-1'),
+        ModelRequest(
+            parts=[
+                ToolReturnPart('deploy', output, tool_call_id='d1'),
+                UserPromptPart(['Approved. Now check the logs:', ImageUrl('https://example.com/shot.png')]),
+            ],
+            run_id='run-2',
+        ),
+    ]
+    for i in range(4):
+        log.append(
+            ModelResponse(
+                parts=[ToolCallPart('read_file', {'path': 'a.py'}, tool_call_id=f'c{i}')], run_id='run-2'
+            )
+        )
+        log.append(
+            ModelRequest(parts=[ToolReturnPart('read_file', output, tool_call_id=f'c{i}')], run_id='run-2')
+        )
+    view = run(mask(), normalize(log))
+    masked = view[2]
+    assert _parts.marker(masked.parts[0]) is not None  # the deferred result is masked ...
+    assert log[2].parts[1] in masked.parts  # ... and the run's prompt kept verbatim
+    assert_all(log, copy.deepcopy(log), view)
+
+
 @PROPS
 @given(histories(max_runs=2, max_steps=15, in_progress=True))
 def test_view_of_a_longer_log_extends_the_previous_view_between_jumps(log: list[ModelMessage]) -> None:

@@ -14,7 +14,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Tool
 from pydantic_ai_context import _facts, _markers, _native_tools, _parts
 from pydantic_ai_context._boundaries import is_tool_content
 from pydantic_ai_context._memo import ObjectMemo, remembered_copy
-from pydantic_ai_context.views import CompileContext
+from pydantic_ai_context.views import CompileContext, run_spans
 
 from ._base import LastCall, SyncPolicy, context_key, extend_or_resume, positions_before, resumable
 from ._frontier import (
@@ -145,6 +145,9 @@ class MaskObservations(SyncPolicy):
             masked_at = previous.masked_at[: bisect.bisect_left(previous.masked_at, start)]
             result_at = positions_before(previous.result_at, start)
         seen = set(first_seen)
+        # A run's first request may carry the results of calls an earlier run deferred beside the
+        # run's prompt: that prompt is no tool's content, and stays when its results are masked.
+        run_starts = {span.start for span in run_spans(messages)}
         for i in range(start, frontier):
             message = messages[i]
             if (
@@ -159,7 +162,9 @@ class MaskObservations(SyncPolicy):
                 kept = frozenset(p.tool_call_id for p in results if p.tool_call_id in failures)
                 shown = frozenset().union(*(_facts.facts_in_part(p) & seen for p in results))
                 again = self._named_again(messages, i, frontier, results)
-                new_message = self._masked(message, previous_message, kept, shown, again, context)
+                new_message = self._masked(
+                    message, previous_message, kept, shown, again, context, opens_run=i in run_starts
+                )
                 if new_message is not message:
                     out[i] = new_message
                     masked_at.append(i)
@@ -222,13 +227,15 @@ class MaskObservations(SyncPolicy):
         shown: frozenset[str],
         again: frozenset[str],
         context: CompileContext,
+        *,
+        opens_run: bool = False,
     ) -> ModelRequest:
         """`message` with its results masked, remembered per message (the masked copy then keeps the
         counter's memo warm). Neither the message nor the response before it is held strongly."""
         return remembered_copy(  # type: ignore[no-any-return]
             self._memo,
             message,
-            (kept, shown, again, counter_key(context.counter)),
+            (kept, shown, again, counter_key(context.counter), opens_run),
             self._mask_request,
             message,
             previous,
@@ -236,6 +243,7 @@ class MaskObservations(SyncPolicy):
             shown,
             again,
             context,
+            opens_run,
             depends_on=previous,
             size=_masked_size,
         )
@@ -248,6 +256,7 @@ class MaskObservations(SyncPolicy):
         shown: frozenset[str],
         again: frozenset[str],
         context: CompileContext,
+        opens_run: bool = False,
     ) -> ModelRequest:
         # A valid view holds each result's call in the response right before it.
         calls = {c.tool_call_id: c for c in _parts.tool_calls(previous)} if previous is not None else {}
@@ -259,7 +268,11 @@ class MaskObservations(SyncPolicy):
                 if new_part is not None:
                     parts[j] = new_part
                     changed = True
-        if changed and all(_parts.marker(p) is not None for p in parts if isinstance(p, ToolReturnPart)):
+        if (
+            changed
+            and not opens_run
+            and all(_parts.marker(p) is not None for p in parts if isinstance(p, ToolReturnPart))
+        ):
             # What the tools returned beside their results (`ToolReturn` content: images, files)
             # goes with them; `read_context` on a result's ref reads it back.
             parts = [p for p in parts if not is_tool_content(p, message)]

@@ -174,16 +174,21 @@ def test_replay_multi_history_file_with_a_compacting_profile(
     assert results['test_masking']['input_tokens'] < results['none']['input_tokens']
 
 
-def test_replay_reports_the_cache_breaks_and_the_perfect_cache(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def replay_masking(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, dict[str, Any]]:
+    """`replay` of `small_log()` through `test_masking` at 50k: what it printed and its JSON."""
     out_json = tmp_path / 'out.json'
     log = write_log(tmp_path / 'log.json', small_log())
     assert main(['replay', str(log), '-p', 'test_masking', '--window', '50000', '--json', str(out_json)]) == 0
     printed = capsys.readouterr().out
+    return printed, json.loads(out_json.read_text())
+
+
+def test_replay_reports_the_cache_breaks_and_the_perfect_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    printed, document = replay_masking(tmp_path, capsys)
     for column in ('cached', 'breaks/100', 'perfect cache'):
         assert column in printed
-    document = json.loads(out_json.read_text())
     (entry,) = document['histories']
     results = {r['profile']: r for r in entry['results']}
     masked, none = results['test_masking'], results['none']
@@ -205,11 +210,7 @@ def test_replay_reports_the_cache_breaks_and_the_perfect_cache(
 def test_replay_reports_the_cost_on_a_provider_with_explicit_breakpoints(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out_json = tmp_path / 'out.json'
-    log = write_log(tmp_path / 'log.json', small_log())
-    assert main(['replay', str(log), '-p', 'test_masking', '--window', '50000', '--json', str(out_json)]) == 0
-    printed = capsys.readouterr().out
-    document = json.loads(out_json.read_text())
+    printed, document = replay_masking(tmp_path, capsys)
     (entry,) = document['histories']
     results = {r['profile']: r for r in entry['results']}
     masked, none = results['test_masking'], results['none']

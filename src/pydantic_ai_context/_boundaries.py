@@ -132,10 +132,11 @@ def closes_previous(message: ModelMessage) -> bool:
     )
 
 
-def is_tool_content(part: Any, message: ModelMessage) -> bool:
+def is_tool_content(part: Any, message: ModelMessage, *, run_start: bool = False) -> bool:
     """`part` (of `message`) is content a tool returned (`ToolReturn(content=...)`), not a user turn:
-    a user prompt part in a request that answers the model's tool calls."""
-    return isinstance(part, UserPromptPart) and _feeds_model(message)
+    a user prompt part in a request that answers the model's tool calls, unless the request starts
+    a run (a prompt sent with deferred tool results is the run's prompt; see `prompt_parts`)."""
+    return isinstance(part, UserPromptPart) and not run_start and _feeds_model(message)
 
 
 def has_prompt(message: ModelMessage) -> bool:

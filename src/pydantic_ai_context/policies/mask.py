@@ -147,7 +147,8 @@ class MaskObservations(SyncPolicy):
         seen = set(first_seen)
         # A run's first request may carry the results of calls an earlier run deferred beside the
         # run's prompt: that prompt is no tool's content, and stays when its results are masked.
-        run_starts = {span.start for span in run_spans(messages)}
+        # Where runs start is read only for a request holding a prompt beside results (rare).
+        run_starts: set[int] | None = None
         for i in range(start, frontier):
             message = messages[i]
             if (
@@ -162,8 +163,13 @@ class MaskObservations(SyncPolicy):
                 kept = frozenset(p.tool_call_id for p in results if p.tool_call_id in failures)
                 shown = frozenset().union(*(_facts.facts_in_part(p) & seen for p in results))
                 again = self._named_again(messages, i, frontier, results)
+                opens_run = False
+                if _parts.has_user_prompt(message):
+                    if run_starts is None:
+                        run_starts = {span.start for span in run_spans(messages)}
+                    opens_run = i in run_starts
                 new_message = self._masked(
-                    message, previous_message, kept, shown, again, context, opens_run=i in run_starts
+                    message, previous_message, kept, shown, again, context, opens_run=opens_run
                 )
                 if new_message is not message:
                     out[i] = new_message
@@ -268,14 +274,10 @@ class MaskObservations(SyncPolicy):
                 if new_part is not None:
                     parts[j] = new_part
                     changed = True
-        if (
-            changed
-            and not opens_run
-            and all(_parts.marker(p) is not None for p in parts if isinstance(p, ToolReturnPart))
-        ):
+        if changed and all(_parts.marker(p) is not None for p in parts if isinstance(p, ToolReturnPart)):
             # What the tools returned beside their results (`ToolReturn` content: images, files)
             # goes with them; `read_context` on a result's ref reads it back.
-            parts = [p for p in parts if not is_tool_content(p, message)]
+            parts = [p for p in parts if not is_tool_content(p, message, run_start=opens_run)]
         return dataclasses.replace(message, parts=parts) if changed else message
 
     def _mask_native(self, message: ModelResponse, context: CompileContext) -> ModelResponse:

@@ -191,26 +191,9 @@ class ReplayResult:
     def summary_output_tokens(self) -> int:
         return sum(r.summary_output_tokens for r in self.records)
 
-    @property
-    def cost(self) -> float:
-        """Cache-weighted cost in input-token units: uncached x1.0, cached x`cache_read_price`,
-        summariser input x`summary_input_price` and output x`summary_output_price`."""
-        return (
-            self.uncached_tokens
-            + self.cached_tokens * self.cache_read_price
-            + self.summary_input_tokens * self.summary_input_price
-            + self.summary_output_tokens * self.summary_output_price
-        )
-
-    @property
-    def breakpoint_cached_tokens(self) -> int:
-        return sum(r.breakpoint_cached_tokens for r in self.records)
-
-    @property
-    def breakpoint_cost(self) -> float:
-        """`cost` on a provider that caches at explicit breakpoints (`RequestRecord.breakpoint_cached_tokens`
-        cached, the rest of each request uncached; cache writes are not charged extra, as in `cost`)."""
-        cached = self.breakpoint_cached_tokens
+    def _cost_with(self, cached: int) -> float:
+        """The cost of these requests with `cached` of their tokens read from the cache (at
+        `cache_read_price`), the rest uncached, and the summariser's calls."""
         return (
             self.input_tokens
             - cached
@@ -220,19 +203,28 @@ class ReplayResult:
         )
 
     @property
+    def cost(self) -> float:
+        """Cache-weighted cost in input-token units: uncached x1.0, cached x`cache_read_price`,
+        summariser input x`summary_input_price` and output x`summary_output_price`."""
+        return self._cost_with(self.cached_tokens)
+
+    @property
+    def breakpoint_cached_tokens(self) -> int:
+        return sum(r.breakpoint_cached_tokens for r in self.records)
+
+    @property
+    def breakpoint_cost(self) -> float:
+        """`cost` on a provider that caches at explicit breakpoints (`RequestRecord.breakpoint_cached_tokens`
+        cached, the rest of each request uncached; cache writes are not charged extra, as in `cost`)."""
+        return self._cost_with(self.breakpoint_cached_tokens)
+
+    @property
     def perfect_cache_cost(self) -> float:
         """`cost` if the prompt cache never broke: each request's tokens up to the previous request's
         size cached (`perfect_cached_tokens`), only what it appends uncached; the summariser is charged
         as in `cost`. The floor for these view sizes: `cost - perfect_cache_cost` is what the prefix
         breaks cost."""
-        perfect = sum(r.perfect_cached_tokens for r in self.records)
-        return (
-            self.input_tokens
-            - perfect
-            + perfect * self.cache_read_price
-            + self.summary_input_tokens * self.summary_input_price
-            + self.summary_output_tokens * self.summary_output_price
-        )
+        return self._cost_with(sum(r.perfect_cached_tokens for r in self.records))
 
     @property
     def recall_round_trips(self) -> int:

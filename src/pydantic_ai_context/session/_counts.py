@@ -17,6 +17,7 @@ import asyncio
 import base64
 import binascii
 import hashlib
+import itertools
 import json
 import logging
 import struct
@@ -61,6 +62,9 @@ class TokenCountIndex:
         self._used: weakref.WeakSet[_MessageCounter] = weakref.WeakSet()
         self._keys: dict[bytes, None] = {}
         """The digests of the log's long texts read so far, in order."""
+        self._pending: dict[str, dict[bytes, None]] = {}
+        """Per counter name: the digests of `_keys` whose counts are not kept yet (looked up at
+        each save, so a save looks up what is new, not the whole log)."""
         self._scanned = 0
         self._last: ModelMessage | None = None
         self._unsaved = 0
@@ -124,6 +128,7 @@ class TokenCountIndex:
         n = self._scanned
         if n > len(log) or (n and log[n - 1] is not self._last):
             self._keys = {}
+            self._pending = {}
             n = 0
         texts = [
             text
@@ -139,25 +144,29 @@ class TokenCountIndex:
         """Read `texts`' digests and the counts the counters know for them; the row to write, or
         `None` when too few are new to be worth a write."""
         keys = self._keys
-        for text in texts:
-            keys[text_key(text)] = None
-        if len(keys) > TEXT_MEMO_ENTRIES:
-            for key in list(keys)[: len(keys) - TEXT_MEMO_ENTRIES]:
-                del keys[key]
+        new = [text_key(text) for text in texts]
+        keys.update(dict.fromkeys(new))
+        _keep_newest(keys)
         for counter in counters:
             name = counter._stored_counts_name()
             if name is None:
                 continue
             stored = self._stored.setdefault(name, {})
-            missing = [key for key in keys if key not in stored]
-            if missing:
-                found = counter._known_text_counts(missing)
+            pending = self._pending.get(name)
+            if pending is None:  # a counter first used now: every digest read so far
+                pending = self._pending[name] = {key: None for key in keys if key not in stored}
+            else:
+                pending.update((key, None) for key in new if key not in stored)
+            _keep_newest(pending)
+            if pending:
+                # A digest not counted yet (a message no compile has read) stays pending.
+                found = counter._known_text_counts(pending)
+                for key in found:
+                    del pending[key]
                 stored.update(found)
                 self._unsaved += len(found)
-            if len(stored) > TEXT_MEMO_ENTRIES:
-                # A counter remembers no more: the newest texts are those a resumed view shows.
-                for key in list(stored)[: len(stored) - TEXT_MEMO_ENTRIES]:
-                    del stored[key]
+            # A counter remembers no more: the newest texts are those a resumed view shows.
+            _keep_newest(stored)
         written = sum(len(counts) for counts in self._stored.values())
         due = self._unsaved and (final or self._unsaved >= max(_MIN_BATCH, (written - self._unsaved) // 4))
         return _render(self._stored) if self._repair or due else None
@@ -196,6 +205,12 @@ class TokenCountIndex:
             problem,
         )
         return {}
+
+
+def _keep_newest(table: dict[bytes, Any]) -> None:
+    """Forget the oldest entries of `table` beyond `TEXT_MEMO_ENTRIES`."""
+    for key in list(itertools.islice(table, max(0, len(table) - TEXT_MEMO_ENTRIES))):
+        del table[key]
 
 
 def _render(stored: dict[str, dict[bytes, int]]) -> str:

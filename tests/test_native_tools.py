@@ -358,3 +358,25 @@ async def test_an_old_tool_search_stays_whole_as_it_declares_tools() -> None:
     kept = [p for m in view for p in m.parts if getattr(p, 'tool_call_id', None) == 'ts1']
     assert [p.part_kind for p in kept] == ['builtin-tool-call', 'builtin-tool-return']
     assert kept[1].content == found
+
+
+def test_a_response_whose_native_pair_was_removed_weighs_what_it_weighed_before() -> None:
+    """Regression (the idempotence property test at `long_horizon-none`, 4,000 tokens): the line
+    standing for a removed pair was counted on top of the pair's recorded tokens, so on a view of
+    a view the frontier's budget estimate was higher and one more result was masked."""
+    from pydantic_ai_context.policies._frontier import nominal_message_tokens
+    from pydantic_ai_context.policies._native import without_native_pairs
+    from pydantic_ai_context.views import CompileContext
+
+    counter = HeuristicCounter()
+    response = ModelResponse(
+        parts=[
+            TextPart('Let me look.'),
+            *native_pair('web_search', {'query': 'fits diff'}, web_results(1), 'srv1'),
+            ToolCallPart('grep', {'path': 'a.py'}, tool_call_id='c1'),
+        ]
+    )
+    removed = without_native_pairs(response, {'srv1'}, CompileContext(counter=counter))
+    assert not any(isinstance(p, NativeReturn) for p in removed.parts)
+    assert any('ran on the provider' in getattr(p, 'content', '') for p in removed.parts)
+    assert nominal_message_tokens(removed, counter) == nominal_message_tokens(response, counter)

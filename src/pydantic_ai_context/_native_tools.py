@@ -198,6 +198,15 @@ def call_of(part: Any, parts: Sequence[Any]) -> Any:
     )
 
 
+REMOVED_NOTE: Final = 'ran on the provider; its result was removed by pydantic-ai-context]'
+"""How the line standing for a removed native pair ends (before its read-back line)."""
+
+
+def is_removal_note(part: Any) -> bool:
+    """A text part `without_pairs` put in place of a removed native pair."""
+    return getattr(part, 'part_kind', None) == 'text' and REMOVED_NOTE in part.content
+
+
 def without_pairs(response: ModelResponse, ids: frozenset[str], note: Callable[[Any, Any], str]) -> list[Any]:
     """`response`'s parts with the native calls and results named by `ids` removed together, each
     pair replaced by one text part saying what it was (`note(call, result)`)."""

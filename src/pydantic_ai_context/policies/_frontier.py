@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from pydantic_ai_context import _parts
+from pydantic_ai_context import _native_tools, _parts
 from pydantic_ai_context._memo import PART_FIELDS, PINNED_FIELDS, ObjectMemo
 from pydantic_ai_context._scope import resumed_fold, scope_text_memo
 from pydantic_ai_context.budget import ContextBudget
@@ -199,8 +199,13 @@ def _nominal(message: ModelMessage, counter: TokenCounter) -> tuple[int, int]:
     record = _parts.marker(message) or {}
     clipped = record.get('args_tokens')
     clipped_args: dict[str, Any] = clipped if isinstance(clipped, dict) else {}
+    # Native tool calls and results removed together (see `mask_observations`) count as they were,
+    # and the lines standing for them not at all.
+    removed = record.get('native_tokens')
     total = results = 0
     for part in message.parts:
+        if removed and _native_tools.is_removal_note(part):
+            continue
         original = (
             clipped_args.get(getattr(part, 'tool_call_id', None) or '') if _parts.is_tool_call(part) else None
         )
@@ -208,8 +213,6 @@ def _nominal(message: ModelMessage, counter: TokenCounter) -> tuple[int, int]:
         total += tokens
         if _parts.is_tool_result(part):
             results += tokens
-    # Native tool calls and results removed together (see `mask_observations`) count as they were.
-    removed = record.get('native_tokens')
     if isinstance(removed, dict):
         total += sum(n for n in removed.values() if isinstance(n, int))
     return _NOMINAL.put(message, (total, results), counter_key(counter))

@@ -72,7 +72,7 @@ def _note(call: Any, result: Any) -> str:
     """The line standing for a native call and its result removed together."""
     part = result if result is not None else call
     summary = _facts.call_summary(call, tool_name=part.tool_name)
-    line = f'[{summary} ran on the provider; its result was removed by pydantic-ai-context]'
+    line = f'[{summary} {_native_tools.REMOVED_NOTE}'
     return _markers.with_ref(line, part.tool_call_id) if result is not None else line
 
 

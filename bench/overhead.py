@@ -24,7 +24,9 @@ wall clock and CPU time (`time.process_time`: what the compile itself cost when 
 share the machine). Summarising presets get a stub summariser (a `FunctionModel` with a 1M-token
 window that answers at once), so what is timed is the policy's own work; a summary made ahead is
 left to land between two requests (as it does while the model answers), outside the timed compile.
-The garbage collector is frozen after building each history (see `main`).
+The garbage collector is frozen after building each history (see `main`). *point p50 / p95* is
+what the request path adds after each steady compile on Anthropic and Bedrock: placing the fourth
+cache breakpoint (`_cache_points.add_cache_point`; wall ms, outside the timed compile).
 
 `--memory N [N ...]` adds a table of what the library holds once the `--requests` compiles of an
 N-message history are done (`tracemalloc`, by the file that allocated it: `pydantic_ai_context`'s
@@ -71,6 +73,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pydantic_ai_context import HeuristicCounter, TiktokenCounter, TokenCounter, available_profiles, profile
+from pydantic_ai_context._cache_points import CachePointPlan, add_cache_point
 from pydantic_ai_context.replay import percentile
 
 SIZES = (1_000, 5_000, 20_000)
@@ -292,12 +295,18 @@ async def measure(
         await compiled.settle_background()
     times: list[float] = []
     cpu_times: list[float] = []
+    point_times: list[float] = []
+    # What the request path adds on Anthropic and Bedrock after the compile (`_cache_points`).
+    plan = CachePointPlan()
     for at in range(1, min(len(e) for e in ends)):
-        for one, its_ends in zip(logs, ends, strict=True):
+        for k, (one, its_ends) in enumerate(zip(logs, ends, strict=True)):
             started, cpu = time.perf_counter(), time.process_time()
-            await compiled.compile(one[: its_ends[at]])
+            view = await compiled.compile(one[: its_ends[at]])
             times.append((time.perf_counter() - started) * 1000)
             cpu_times.append((time.process_time() - cpu) * 1000)
+            started = time.perf_counter()
+            add_cache_point(plan, view, model=_ANTHROPIC, settings={'cache': True}, conversation=k)
+            point_times.append((time.perf_counter() - started) * 1000)
             # The model answers between two requests of a run, and a summary made ahead is written
             # meanwhile: its work is not the next compile's (replay settles the same way).
             await compiled.settle_background()
@@ -313,7 +322,18 @@ async def measure(
         'median_cpu_ms': statistics.median(cpu_times),
         'p95_cpu_ms': percentile(cpu_times, 95),
         'max_cpu_ms': max(cpu_times),
+        'point_p50_ms': statistics.median(point_times) if point_times else 0.0,
+        'point_p95_ms': percentile(point_times, 95) if point_times else 0.0,
     }
+
+
+class _Anthropic:
+    """Stands for a model served by Anthropic: the request path places its breakpoint for it."""
+
+    system = 'anthropic'
+
+
+_ANTHROPIC = _Anthropic()
 
 
 def shape_logs(shape: str, size: int) -> list[ModelMessage] | list[list[ModelMessage]]:
@@ -541,6 +561,8 @@ async def main(argv: Sequence[str] | None = None) -> int:
         'CPU p50',
         'CPU p95',
         'CPU max',
+        'point p50',
+        'point p95',
     )
     for column in columns:
         table.add_column(column, justify='left' if column == 'profile' else 'right')
@@ -573,6 +595,8 @@ async def main(argv: Sequence[str] | None = None) -> int:
                         f'{row["median_cpu_ms"]:.1f}',
                         f'{row["p95_cpu_ms"]:.1f}',
                         f'{row["max_cpu_ms"]:.1f}',
+                        f'{row["point_p50_ms"]:.2f}',
+                        f'{row["point_p95_ms"]:.2f}',
                     )
                     # Progress on stderr: the whole table comes at the end.
                     print(

@@ -347,6 +347,19 @@ def content_items(content: Any) -> Iterable[Any]:
         yield from content
 
 
+def only_cache_points(part: Any) -> bool:
+    """A user-prompt part holding nothing but `CachePoint`s: it sends no block of its own (the
+    provider marks the block before it, or drops it)."""
+    content = getattr(part, 'content', None)
+    return (
+        getattr(part, 'part_kind', None) == 'user-prompt'
+        and isinstance(content, Sequence)
+        and not isinstance(content, str)
+        and bool(content)
+        and all(getattr(item, 'kind', None) == 'cache-point' for item in content)
+    )
+
+
 def user_content_text(content: Any) -> str:
     """Text of a user prompt's content; multimodal items contribute only their text."""
     if isinstance(content, str):

@@ -29,6 +29,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from . import _registry, registry
+from ._cache_points import CachePointPlan
 from ._compaction import window as compaction_window
 from ._markers import conversation_identity
 from ._offload import OFFLOAD_MESSAGES, StepRunner, new_messages, warm_off_loop
@@ -134,6 +135,12 @@ class ContextProfile(AbstractCapability[Any]):
     the instruction that tells the model about them once its view holds a marker."""
     readback_store: ReadbackStore | None = None
     """The side store for originals the log the tools read cannot give (see `readback`); `None`: in memory."""
+    cache_points: bool = True
+    """On Anthropic and Amazon Bedrock, with the conversation cached (`Caching`, or the provider's own
+    `*_cache_messages` setting), add the fourth cache breakpoint to each request: where the next
+    compaction step will start, or on the entry a step's request can still read (see
+    [Prompt caching](the-whole-request.md#prompt-caching)). Only the request sent has it, never the
+    view or the history; on pydantic-ai 1.x, where the view becomes the history, it is not added."""
     events: collections.deque[CompactionEvent] = field(
         default_factory=lambda: collections.deque(maxlen=_EVENTS_KEPT), compare=False
     )
@@ -158,6 +165,7 @@ class ContextProfile(AbstractCapability[Any]):
     _events_room: EventDispatch = field(default_factory=EventDispatch, init=False, compare=False)
     _request_path: RequestPath = field(default_factory=RequestPath, init=False, compare=False)
     _recovery: OverflowRecovery = field(default_factory=OverflowRecovery, init=False, compare=False)
+    _cache_plan: CachePointPlan = field(default_factory=CachePointPlan, init=False, compare=False)
 
     def __post_init__(self) -> None:
         weakref.finalize(self, self._background.cancel_now)  # no summary task outlives its profile

@@ -39,6 +39,7 @@ COMMON_SETTINGS: Final = frozenset(
         'on_usage',
         'readback',
         'readback_store',
+        'cache_points',
     }
 )
 """The settings every preset accepts (the `ContextProfile` fields, and the event handlers)."""
@@ -60,6 +61,7 @@ class ProfileFields(Protocol):
     settings: dict[str, Any]
     readback: bool
     readback_store: Any
+    cache_points: bool
 
 
 def register(name: str, factory: Callable[..., Any]) -> None:
@@ -135,6 +137,7 @@ def preset_settings(fields: ProfileFields) -> dict[str, Any]:
     base = {
         'readback': fields.readback,
         'readback_store': fields.readback_store,
+        'cache_points': fields.cache_points,
         'context_window': fields.context_window,
         'reserved_output': fields.reserved_output,
         'reserved_system': fields.reserved_system,

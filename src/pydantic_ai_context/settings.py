@@ -101,6 +101,8 @@ class ContextSettings(BaseSettings):
     """`PYDANTIC_AI_CONTEXT_SUMMARY_MODEL`: model name for summarising policies (e.g. `openai:gpt-4o-mini`)."""
     readback: bool | None = None
     """`PYDANTIC_AI_CONTEXT_READBACK`: contribute the `read_context` / `search_context` tools (`false` turns them off)."""
+    cache_points: bool | None = None
+    """`PYDANTIC_AI_CONTEXT_CACHE_POINTS`: add the fourth cache breakpoint on Anthropic and Bedrock (`false`: off)."""
     store_url: Annotated[SecretStr | None, Field(repr=False)] = None
     """`PYDANTIC_AI_CONTEXT_STORE_URL`: the store `open_store()` opens without a URL (`sqlite:///…`,
     `postgresql://…`, `memory://`); not a profile setting. A `SecretStr`, since it may hold a

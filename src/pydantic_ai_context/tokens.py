@@ -48,7 +48,7 @@ from ._encodings import _try_quicktok as _try_quicktok
 from ._encodings import _warn_fallback as _warn_fallback
 from ._encodings import encoding_for_model, encoding_is_models_own
 from ._memo import ENTRY_BYTES, VALUE_BYTES, ObjectMemo
-from ._parts import content_items, is_binary_item, part_text
+from ._parts import content_items, is_binary_item, only_cache_points, part_text
 from ._scope import resumed_fold
 from ._usage import ContextUsage, _measure
 from ._usage import _context_input_tokens as _context_input_tokens
@@ -301,7 +301,7 @@ class _MessageCounter:
         return self._memo.put(message, entry)
 
     def _part_tokens(self, part: Any) -> int:
-        if getattr(part, 'part_kind', None) in _UNSENT_PART_KINDS:
+        if getattr(part, 'part_kind', None) in _UNSENT_PART_KINDS or only_cache_points(part):
             return 0
         text = part_text(part)
         tokens = PART_OVERHEAD_TOKENS + (self._text_tokens(text) if text else 0) + opaque_tokens(part)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage
 
+from .._cache_points import CachePointPlan, add_cache_point
+from .._markers import conversation_key
 from .._parts import PYDANTIC_AI_MAJOR
 from ..errors import ContextBudgetExceeded
 from ..events import ContextUsageEvent
@@ -43,10 +45,12 @@ class RequestOwner(Protocol):
 
     name: str
     readback: bool
+    cache_points: bool
     reserved_system: int | None
     last_usage: ContextUsageEvent | None
     _overhead_memo: OverheadMemo
     _recovery: OverflowRecovery
+    _cache_plan: CachePointPlan
 
     def counter_for(self, model: Any = None) -> TokenCounter: ...
 
@@ -186,6 +190,16 @@ class RequestPath:
             parameters = _with_instruction(parameters)
             self._remeasure_instructions(owner, view, request_context.model, parameters)
         request_context.model_request_parameters = parameters
+        if owner.cache_points and PYDANTIC_AI_MAJOR >= 2:
+            # Only this attempt's request gains the point: 2.x sends these messages without writing
+            # them to the history.
+            view = add_cache_point(
+                owner._cache_plan,
+                view,
+                model=request_context.model,
+                settings=request_context.model_settings,
+                conversation=getattr(ctx, 'conversation_id', None) or conversation_key(view),
+            )
         return view
 
     def _remeasure_instructions(

@@ -13,8 +13,9 @@ A provider with explicit breakpoints reads less when a request changes an earlie
 
 So a request that appends to the previous one reads all of it, and one that changes a message
 more than about 20 blocks before its end (a compaction step) reads only the tools and the
-instructions: its messages are read uncached, as they were not on the cache of the longest common
-prefix. Content blocks are counted as the Claude API counts positions: each part of a response,
+instructions, unless an earlier request wrote an entry before its first change and one of its
+own breakpoints reaches it. A profile adds that fourth breakpoint (`_cache_points`): the replay
+passes it to `read` as `point`. Content blocks are counted as the Claude API counts positions: each part of a response,
 each item of a user prompt, and a request's tool results together as one. Retention windows are
 not modelled (a replay has no clock), as they are not for `cached_tokens`.
 """
@@ -23,47 +24,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import Final
 
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelMessagesTypeAdapter,
-    ModelRequest,
-    ModelResponse,
-    UserPromptPart,
-)
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
-from .. import _parts
+from .._cache_points import LOOKBACK_BLOCKS, TAIL_BREAKPOINT_BLOCKS, content_blocks, previous_tail
 from ..request_tokens import RequestTokens
 
 __all__ = ('LOOKBACK_BLOCKS', 'TAIL_BREAKPOINT_BLOCKS', 'BreakpointCache', 'content_blocks')
-
-LOOKBACK_BLOCKS: Final = 20
-"""How many content blocks before a breakpoint a provider looks back for an earlier entry."""
-TAIL_BREAKPOINT_BLOCKS: Final = 18
-"""More blocks than this after the previous request's end and pydantic-ai puts a breakpoint there too."""
-
-
-def content_blocks(message: ModelMessage) -> int:
-    """The content blocks (lookback positions) `message` takes in a request: at least one."""
-    if isinstance(message, ModelResponse):
-        return max(1, len(message.parts))
-    results = 0
-    others = 0
-    for part in message.parts:
-        kind = getattr(part, 'part_kind', None)
-        if _parts.is_tool_result(part) or kind == 'retry-prompt':
-            results = 1
-        elif isinstance(part, UserPromptPart):
-            others += 1 if isinstance(part.content, str) else max(1, len(part.content))
-        elif kind not in _NOT_IN_MESSAGES:
-            others += 1
-    return max(1, results + others)
-
-
-_NOT_IN_MESSAGES: Final = frozenset({'system-prompt', 'instruction-baseline'})
-"""Part kinds a request holds that take no position among the messages (the system prompt goes
-first, with the instructions; a baseline is never sent)."""
 
 
 class BreakpointCache:
@@ -97,9 +64,11 @@ class BreakpointCache:
         # Per message object (kept alive here, so its id is not reused): its digest as sent.
         self._digests: dict[int, tuple[ModelMessage, bytes]] = {}
 
-    def read(self, view: Sequence[ModelMessage], weight: RequestTokens) -> int:
+    def read(self, view: Sequence[ModelMessage], weight: RequestTokens, *, point: int | None = None) -> int:
         """The tokens of `view` (weighed as `weight`, per message) the provider serves from its
-        cache; then the entries this request writes are added."""
+        cache; then the entries this request writes are added. `point`: the free breakpoint a
+        profile adds after that many messages (see `_cache_points`); it is dropped where pydantic-ai
+        already takes the fourth breakpoint at the previous request's end."""
         assert weight.per_message is not None
         fixed = repr(
             (weight.instructions, weight.instructions_tokens, weight.tools_tokens, weight.extra_tokens)
@@ -109,9 +78,11 @@ class BreakpointCache:
             chain.append(hashlib.blake2b(chain[-1] + self._digest(message), digest_size=16).digest())
         blocks = [content_blocks(m) for m in view]
         points = [len(view)]
-        tail = _previous_tail(view)
+        tail = previous_tail(view)
         if tail is not None and sum(blocks[tail:]) > TAIL_BREAKPOINT_BLOCKS:
             points.append(tail)
+        elif point is not None:
+            points.append(point)
         entries = self._entries
         cached = -1
         for point in points:
@@ -141,14 +112,3 @@ class BreakpointCache:
         digest = hashlib.blake2b(encoded, digest_size=16).digest()
         self._digests[id(message)] = (message, digest)
         return digest
-
-
-def _previous_tail(view: Sequence[ModelMessage]) -> int | None:
-    """Where the previous request ended in `view`: after the last request before the newest response."""
-    for j in range(len(view) - 1, -1, -1):
-        if isinstance(view[j], ModelResponse):
-            for i in range(j - 1, -1, -1):
-                if isinstance(view[i], ModelRequest):
-                    return i + 1
-            return None
-    return None

@@ -14,6 +14,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RequestUsage
 
 from .. import _parts
+from .._cache_points import CachePointPlan
 from .._model_texts import ModelTexts
 from ..errors import ContextBudgetExceeded
 from ..overhead import measure_overhead
@@ -104,6 +105,8 @@ async def replay(
     previous: Sequence[ModelMessage] = ()
     previous_weight: RequestTokens | None = None
     breakpoints = BreakpointCache(_sent)
+    # The breakpoint a profile adds on Anthropic and Bedrock (`ContextProfile.cache_points`).
+    plan = CachePointPlan() if getattr(profile, 'cache_points', False) else None
     last_event: object = events[-1] if events else None
     for i, message in enumerate(messages):
         if not isinstance(message, ModelResponse):
@@ -135,7 +138,8 @@ async def replay(
         weight = _weigh(view, counter, parameters, overhead_tokens, per_message=True)
         view_tokens = weight.total_tokens
         cached, kept_whole = _cached_prefix(view, weight, previous, previous_weight)
-        breakpoint_cached = breakpoints.read(view, weight)
+        point = plan.place(view, conversation=None) if plan is not None and error is None else None
+        breakpoint_cached = breakpoints.read(view, weight, point=point)
         output_tokens = counter.count_message(message)
         fact_share, needed_share = index.retention(i, view)
         present = index.present(view)

@@ -50,6 +50,7 @@ RUN_KEYS = (
     'cost',
     'cost_ratio_to_none',
     'perfect_cache_cost',
+    'breakpoint_cost',
     'cached_share',
     'prefix_breaks',
     'breaks_per_100',
@@ -132,14 +133,16 @@ def with_min(row: dict[str, Any], key: str) -> str:
 
 
 def main_table(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """One window's profiles: cost, its floor, prefix breaks, needed facts and model texts kept."""
+    """One window's profiles: cost, on a cache with explicit breakpoints too, its floor, prefix
+    breaks, needed facts and model texts kept."""
     return table(
-        ('profile', 'cost', 'floor', 'breaks', 'needed', 'texts'),
-        'lrrrrr',
+        ('profile', 'cost', 'bp cost', 'floor', 'breaks', 'needed', 'texts'),
+        'lrrrrrr',
         [
             (
                 profile_cell(row['profile']),
                 f'{row["cost_ratio"]:.3f}',
+                f'{row["breakpoint_cost_ratio"]:.3f}',
                 f'{row["perfect_cost_ratio"]:.3f}',
                 f'{row["breaks_per_100"]:.1f}',
                 pct(row['needed_fact_retention']),
@@ -205,17 +208,19 @@ def work_table(rows: Sequence[dict[str, Any]]) -> list[str]:
 def run_table(per_label: dict[str, dict[str, Any]]) -> list[str]:
     """One run at one window, every profile; requests over the window beside the profile's name."""
     none_cost = per_label['none']['cost'] if 'none' in per_label else 0.0
+    none_bp = per_label['none']['breakpoint_cost'] if 'none' in per_label else 0.0
 
     def name(label: str, res: dict[str, Any]) -> str:
         return f'{label} ({over(res)} over)' if res['requests_over_window'] else label
 
     return table(
-        ('profile', 'cost', 'floor', 'breaks', 'needed', 'texts'),
-        'lrrrrr',
+        ('profile', 'cost', 'bp cost', 'floor', 'breaks', 'needed', 'texts'),
+        'lrrrrrr',
         [
             (
                 name(label, res),
                 f'{res["cost_ratio_to_none"]:.3f}',
+                f'{res["breakpoint_cost"] / none_bp:.3f}' if none_bp else '–',
                 f'{res["perfect_cache_cost"] / none_cost:.3f}' if none_cost else '–',
                 f'{res["breaks_per_100"]:.1f}',
                 pct(res['needed_fact_retention']),

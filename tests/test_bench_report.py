@@ -75,7 +75,10 @@ async def test_a_replay_is_recorded_then_rendered_into_the_page_and_charts(tmp_p
     assert rendered.endswith('<!-- /report:runs -->\n\nMore words.\n')
     assert '\nold\n' not in rendered
     coding = next(row for row in document['summary'] if row['profile'] == 'coding')
-    row = f'| coding | {coding["cost_ratio"]:.3f} | {coding["perfect_cost_ratio"]:.3f} | {coding["breaks_per_100"]:.1f} |'
+    row = (
+        f'| coding | {coding["cost_ratio"]:.3f} | {coding["breakpoint_cost_ratio"]:.3f} '
+        f'| {coding["perfect_cost_ratio"]:.3f} | {coding["breaks_per_100"]:.1f} |'
+    )
     assert f'    {row}' in rendered  # in the window's tab
     assert coding['breaks_per_100'] > 0  # masking 12 large results rewrites the prefix
     assert '??? note "Every run at 8k"' in rendered

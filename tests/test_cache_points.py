@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     CachePoint,
@@ -22,7 +24,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import UsageLimits
 
-from pydantic_ai_context import HeuristicCounter, TiktokenCounter, profile
+from pydantic_ai_context import ContextBudgetExceeded, HeuristicCounter, TiktokenCounter, profile
 from pydantic_ai_context._cache_points import (
     CachePointPlan,
     add_cache_point,
@@ -35,6 +37,9 @@ from pydantic_ai_context._parts import PYDANTIC_AI_MAJOR
 from pydantic_ai_context.replay import load_history, replay
 
 from . import data
+from ._examples import examples
+from .invariants import assert_valid
+from .strategies import histories
 
 COUNTER = HeuristicCounter()
 MASKED = {'pydantic_ai_context': {'kind': 'masked'}}
@@ -430,3 +435,48 @@ async def test_replay_counts_the_point_on_a_provider_with_explicit_breakpoints()
     assert with_point.breakpoint_cost < 0.6 * without.breakpoint_cost
     # Never more than the longest common prefix with the previous request, save older entries.
     assert with_point.breakpoint_cost <= 1.1 * with_point.cost
+
+
+# --- on any history ---------------------------------------------------------------------------
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    logs=st.lists(histories(max_runs=3, max_steps=8), min_size=1, max_size=3),
+    window=st.sampled_from([4_000, 16_000, 128_000]),
+)
+async def test_the_request_sent_is_the_view_and_at_most_one_point_on_any_history(
+    logs: list[list[ModelMessage]], window: int
+) -> None:
+    """Each log's growing prefixes compiled in turn, as a run's requests: the request the point is
+    added to is the view with one user-prompt part holding only a `CachePoint`, in a request before
+    the last message; it counts no tokens and the view is still valid."""
+    p = profile('coding', context_window=window, counter=COUNTER, reserved_output=400)
+    plan = CachePointPlan(conversations=2)
+    for n, log in enumerate(logs):
+        ends = [i + 1 for i, m in enumerate(log) if isinstance(m, ModelRequest)]
+        for end in ends[-6:]:
+            try:
+                view = await p.compile(log[:end])
+            except ContextBudgetExceeded:
+                continue
+            sent = add_cache_point(
+                plan, view, model=_System('anthropic'), settings={'cache': True}, conversation=n
+            )
+            assert_valid(sent)
+            assert len(sent) == len(view)
+            changed = [i for i, (a, b) in enumerate(zip(view, sent, strict=True)) if a is not b]
+            assert len(changed) <= 1
+            for i in changed:
+                assert i < len(view) - 1
+                before, after = view[i], sent[i]
+                assert isinstance(before, ModelRequest)
+                assert isinstance(after, ModelRequest)
+                assert after.parts[:-1] == before.parts
+                assert after.parts[-1].content == [CachePoint()]  # type: ignore[union-attr]
+            assert COUNTER.count_messages(sent) == COUNTER.count_messages(view)
+            # Never where automatic prefix caching would send it as an empty user message.
+            assert (
+                add_cache_point(plan, view, model=_System('openai'), settings={'cache': True}, conversation=n)
+                == view
+            )

@@ -480,3 +480,15 @@ async def test_the_request_sent_is_the_view_and_at_most_one_point_on_any_history
                 add_cache_point(plan, view, model=_System('openai'), settings={'cache': True}, conversation=n)
                 == view
             )
+
+
+def test_the_setting_is_a_common_one_read_from_the_environment_and_kept_by_replace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    off = profile('coding', cache_points=False)
+    assert off.cache_points is False
+    assert off.replace(context_window=8_000).cache_points is False
+    assert profile('chat').cache_points is True
+    monkeypatch.setenv('PYDANTIC_AI_CONTEXT_CACHE_POINTS', 'false')
+    assert profile('long_horizon').cache_points is False
+    assert profile('long_horizon', cache_points=True).cache_points is True  # the keyword wins

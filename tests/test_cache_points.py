@@ -101,6 +101,8 @@ def view_of(masked: int, fresh: int) -> list[ModelMessage]:
         ('openai', {'cache': True}, None),
         ('google-gla', {'cache': True}, None),
         ('function', {'cache': True}, None),
+        # A `FallbackModel` (2.62-2.63 see it, not the model serving the attempt): it may be OpenAI.
+        ('fallback:anthropic,openai', {'cache': True}, None),
     ],
 )
 def test_a_point_is_placed_only_where_the_conversation_is_cached_at_breakpoints(

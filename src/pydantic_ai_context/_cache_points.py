@@ -46,7 +46,9 @@ __all__ = (
     'content_blocks',
     'holds_cache_point',
     'previous_tail',
+    'tail_takes_the_free_point',
     'with_cache_point',
+    'write_position',
 )
 
 LOOKBACK_BLOCKS: Final = 20
@@ -64,6 +66,8 @@ _PROVIDERS: Final = frozenset({'anthropic', 'bedrock'})
 """`Model.system` of the providers that cache only at breakpoints. OpenAI's chat and responses APIs
 would send the point as an empty user message; Google drops it."""
 _NOT_IN_MESSAGES: Final = frozenset({'system-prompt', 'instruction-baseline'})
+"""Part kinds a request holds that take no position among the messages (the system prompt goes
+first, with the instructions; a baseline is never sent)."""
 
 
 def content_blocks(message: ModelMessage) -> int:

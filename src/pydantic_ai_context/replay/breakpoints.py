@@ -15,9 +15,10 @@ So a request that appends to the previous one reads all of it, and one that chan
 more than about 20 blocks before its end (a compaction step) reads only the tools and the
 instructions, unless an earlier request wrote an entry before its first change and one of its
 own breakpoints reaches it. A profile adds that fourth breakpoint (`_cache_points`): the replay
-passes it to `read` as `point`. Content blocks are counted as the Claude API counts positions: each part of a response,
-each item of a user prompt, and a request's tool results together as one. Retention windows are
-not modelled (a replay has no clock), as they are not for `cached_tokens`.
+passes it to `read` as `point`. Content blocks are counted as the Claude API counts positions
+(`_cache_points.content_blocks`): each part of a response, each item of a user prompt, and a
+request's tool results together as one. Retention windows are not modelled (a replay has no
+clock), as they are not for `cached_tokens`.
 """
 
 from __future__ import annotations

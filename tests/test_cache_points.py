@@ -442,18 +442,19 @@ async def test_replay_counts_the_point_on_a_provider_with_explicit_breakpoints()
 # --- on any history ---------------------------------------------------------------------------
 
 
-@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize('name', ['coding', 'chat', 'long_horizon'])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     logs=st.lists(histories(max_runs=3, max_steps=8), min_size=1, max_size=3),
     window=st.sampled_from([4_000, 16_000, 128_000]),
 )
 async def test_the_request_sent_is_the_view_and_at_most_one_point_on_any_history(
-    logs: list[list[ModelMessage]], window: int
+    name: str, logs: list[list[ModelMessage]], window: int
 ) -> None:
     """Each log's growing prefixes compiled in turn, as a run's requests: the request the point is
     added to is the view with one user-prompt part holding only a `CachePoint`, in a request before
     the last message; it counts no tokens and the view is still valid."""
-    p = profile('coding', context_window=window, counter=COUNTER, reserved_output=400)
+    p = profile(name, context_window=window, counter=COUNTER, reserved_output=400, summary_model=None)
     plan = CachePointPlan(conversations=2)
     for n, log in enumerate(logs):
         ends = [i + 1 for i, m in enumerate(log) if isinstance(m, ModelRequest)]

@@ -14,6 +14,7 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    SystemPromptPart,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
@@ -24,6 +25,7 @@ from pydantic_ai_context import (
     ContextBudget,
     ContextBudgetExceeded,
     HeuristicCounter,
+    compile_view,
     normalize,
     profile,
     validate_view,
@@ -784,3 +786,42 @@ def test_a_log_of_prompted_observations_resumes_its_plan_as_the_prompt_moves(
         if end > len(log) - 20:
             assert reused == [True], end
             assert len(refs) <= 2, end  # the steps dropped since the previous compile, if any
+
+
+async def test_the_task_framing_is_the_first_prompt_that_is_no_tools_content() -> None:
+    """Regression (found with the summarising policy's property test): a log that opens with a
+    system prompt and a tool call whose result came with content of its own (a screenshot: a
+    tool's content, not a prompt). The plan's head ended at that result, so the step holding the
+    first real prompt could be dropped (DESIGN invariant 1)."""
+    big = 'line of output\n' * 200
+
+    def call(cid: str, path: str) -> list[ModelMessage]:
+        return [
+            ModelResponse(parts=[ToolCallPart('cat', {'path': path}, tool_call_id=cid)]),
+            ModelRequest(parts=[ToolReturnPart('cat', big, tool_call_id=cid)]),
+        ]
+
+    task = UserPromptPart('task 1: fix the bug in models.py')
+    log: list[ModelMessage] = [
+        ModelRequest(parts=[SystemPromptPart('You are a careful coding agent.')]),
+        ModelResponse(parts=[ToolCallPart('screenshot', {}, tool_call_id='c1')]),
+        ModelRequest(
+            parts=[
+                ToolReturnPart('screenshot', 'see below', tool_call_id='c1'),
+                UserPromptPart(['screenshot: the page shows an error']),
+            ]
+        ),
+        ModelResponse(parts=[TextPart('I see the page.')]),
+        ModelRequest(parts=[task]),
+        *call('c2', 'a.py'),
+        *call('c3', 'b.py'),
+        ModelResponse(parts=[TextPart('Fixed.')]),
+        ModelRequest(parts=[UserPromptPart('task 2: now add a test')]),
+        *call('c4', 'c.py'),
+    ]
+    counter = HeuristicCounter()
+    budget = ContextBudget(context_window=600, reserved_output=0, safety_margin=0)
+    view = await compile_view(log, [fit_to_budget()], CompileContext(counter=counter, budget=budget))
+    assert any(drop_record(m) for m in view)  # it dropped steps
+    assert task in [p for m in view for p in m.parts]
+    assert_all(log, copy.deepcopy(log), view)

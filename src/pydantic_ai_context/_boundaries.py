@@ -144,6 +144,20 @@ def has_prompt(message: ModelMessage) -> bool:
     return _parts.has_user_prompt(message) and not _feeds_model(message)
 
 
+def first_prompt_at(messages: Sequence[ModelMessage]) -> int | None:
+    """Where the task framing's user prompt is: the first request holding a prompt that is no
+    tool's content (DESIGN invariant 1), else the first holding any user prompt (a log whose only
+    prompts came with tool results has no other task text); `None` when no request holds one."""
+    first_any: int | None = None
+    for i, message in enumerate(messages):
+        if _parts.has_user_prompt(message):
+            if not _feeds_model(message):
+                return i
+            if first_any is None:
+                first_any = i
+    return first_any
+
+
 def prompt_parts(message: ModelMessage, *, run_start: bool = False) -> list[UserPromptPart]:
     """The user prompt parts of `message` that are a prompt: none when they are tool content, unless
     the request starts a run (a run id's first request: a prompt sent with deferred tool results)."""

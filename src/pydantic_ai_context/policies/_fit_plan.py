@@ -22,7 +22,7 @@ from typing import Any, Final, cast
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from pydantic_ai_context import _markers, _parts
-from pydantic_ai_context._boundaries import is_tool_content
+from pydantic_ai_context._boundaries import first_prompt_at, is_tool_content
 from pydantic_ai_context._memo import PINNED_FIELDS, ObjectMemo
 from pydantic_ai_context._prefix import first_difference
 from pydantic_ai_context._scope import active_generation
@@ -110,7 +110,7 @@ class _Plan:
     ) -> _Plan:
         """The plan of `messages`. `prompt_at`: where the current run's prompt is (the task at hand):
         the step holding it is never dropped, like the head."""
-        first_prompt = next((i for i, m in enumerate(messages) if _parts.has_user_prompt(m)), None)
+        first_prompt = first_prompt_at(messages)
         if first_prompt is None:
             first_prompt = next((i for i, m in enumerate(messages) if isinstance(m, ModelRequest)), 0)
         head_end = first_prompt + 1

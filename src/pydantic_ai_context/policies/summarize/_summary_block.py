@@ -28,7 +28,7 @@ from pydantic_ai.messages import (
 )
 
 from pydantic_ai_context import _markers, _parts
-from pydantic_ai_context._boundaries import prompt_parts
+from pydantic_ai_context._boundaries import first_prompt_at, prompt_parts
 from pydantic_ai_context._compaction import holds_provider_part
 from pydantic_ai_context._prefix import first_difference
 from pydantic_ai_context._scope import active_generation
@@ -121,7 +121,7 @@ def find_zones(
         record = _parts.marker(messages[s])
         if record is not None and record.get('kind') == MARKER_KIND:
             return zones_after_summary(messages, s, record)
-    first = next((i for i, m in enumerate(messages) if _parts.has_user_prompt(m)), None)
+    first = first_prompt_at(messages)
     if first is None:
         # After a provider's compaction inside a run, what is sent holds no user prompt: the
         # response holding the provider's part is the task framing.

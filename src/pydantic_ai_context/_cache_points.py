@@ -36,6 +36,7 @@ from typing import Any, Final, Literal
 from pydantic_ai.messages import CachePoint, ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 
 from . import _parts
+from ._markers import conversation_key
 
 __all__ = (
     'LOOKBACK_BLOCKS',
@@ -202,19 +203,20 @@ def _compacted(message: ModelMessage) -> bool:
 
 def add_cache_point(
     plan: CachePointPlan,
-    view: Sequence[ModelMessage],
+    view: list[ModelMessage],
     *,
     model: Any,
     settings: Mapping[str, Any] | None,
-    conversation: Hashable,
+    conversation: Hashable | None = None,
 ) -> list[ModelMessage]:
     """The request to send for `view`: with the point `plan` places, when `model` caches the
-    conversation at breakpoints and the application placed none of its own."""
+    conversation at breakpoints and the application placed none of its own; else `view` itself.
+    `conversation` (`None`: told from the view's opening prompt) names whose requests are remembered."""
     ttl = breakpoint_ttl(model, settings)
     if ttl is None or holds_cache_point(view):
-        return list(view)
-    at = plan.place(view, conversation)
-    return with_cache_point(view, at, ttl) if at is not None else list(view)
+        return view
+    at = plan.place(view, conversation if conversation is not None else conversation_key(view))
+    return with_cache_point(view, at, ttl) if at is not None else view
 
 
 @dataclass(frozen=True)

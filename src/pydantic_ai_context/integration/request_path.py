@@ -20,7 +20,6 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage
 
 from .._cache_points import CachePointPlan, add_cache_point
-from .._markers import conversation_key
 from .._parts import PYDANTIC_AI_MAJOR
 from ..errors import ContextBudgetExceeded
 from ..events import ContextUsageEvent
@@ -198,7 +197,7 @@ class RequestPath:
                 view,
                 model=request_context.model,
                 settings=request_context.model_settings,
-                conversation=getattr(ctx, 'conversation_id', None) or conversation_key(view),
+                conversation=getattr(ctx, 'conversation_id', None),
             )
         return view
 

@@ -13,11 +13,20 @@ While it runs, one profile compiles, on that loop:
 - `many runs`: a 5,000-message chat with a tool-using assistant (a user turn every 8 rounds), first
   compile, then one steady compile.
 
+- `long log, collector held`: the long log's first compile again, with the collector held by the
+  application around it (`--held`, below).
+
 The table reports the longest stall (the latest tick past its 10 ms), the compile's wall time and
 its CPU time, and the objects the garbage collector tracks besides the (frozen) log, per message of
 the log: what a full collection walks, holding the GIL, whichever thread it runs in. Work the
 library runs in a worker thread (`_offload`) does not hold the loop; a thread holding the GIL still
 delays the loop by up to Python's switch interval (5 ms) at a time.
+
+`--held` adds what an application can do that a library must not (see docs/architecture.md): hold
+the collector while the first compile of a long log runs (`gc.disable()`), then move what is alive
+into the permanent generation (`gc.freeze()`) and let it run again (`gc.enable()`). No full
+collection walks the first read's objects, then or later; the cost is that nothing alive at the
+freeze is ever collected as a cycle.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 from rich.console import Console
@@ -76,8 +86,19 @@ def big_output_log(megabytes: int) -> list[ModelMessage]:
     return log
 
 
+async def _held_compile(compiled: Any, log: list[ModelMessage]) -> None:
+    """The application's side of `--held`: no collection while the first read runs, and none
+    that walks what it built afterwards."""
+    gc.disable()
+    try:
+        await compiled.compile(log)
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
 async def cases(
-    name: str, window: int, big_mb: int, n_messages: int
+    name: str, window: int, big_mb: int, n_messages: int, *, held: bool = False
 ) -> list[tuple[str, str, float, float, float, float]]:
     rows: list[tuple[str, str, float, float, float, float]] = []
     shapes: Sequence[tuple[str, list[ModelMessage]]] = (
@@ -85,6 +106,9 @@ async def cases(
         (f'long log ({n_messages:,} messages)', synthetic_history(n_messages, output_chars=1_300)),
         ('many runs (5,000 messages)', chat_with_tools_history(5_000)),
     )
+    if held:  # new objects: the process-wide memos know the first long log's by identity
+        log = synthetic_history(n_messages, output_chars=1_300)
+        shapes = (*shapes, (f'long log ({n_messages:,}), collector held', log))
     for label, log in shapes:
         gc.collect()
         gc.freeze()
@@ -93,7 +117,13 @@ async def cases(
         )
         first, then = log[:-2], log
         for when, part in (('first compile', first), ('next request', then)):
-            stall, wall, cpu = await stall_of(functools.partial(compiled.compile, part))
+            hold = label.endswith('collector held') and when == 'first compile'
+            run = (
+                functools.partial(_held_compile, compiled, part)
+                if hold
+                else functools.partial(compiled.compile, part)
+            )
+            stall, wall, cpu = await stall_of(run)
             # What the collector walks in a full collection besides the (frozen) log: the profile's
             # state and the view, per message.
             tracked = len(gc.get_objects()) / len(log)
@@ -109,6 +139,9 @@ async def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument('--window', type=int, default=128_000)
     parser.add_argument('--big-mb', type=int, default=30)
     parser.add_argument('--messages', type=int, default=50_000)
+    parser.add_argument(
+        '--held', action='store_true', help='also the long log with the collector held by the application'
+    )
     args = parser.parse_args(argv)
     table = Table(title=f'Longest event-loop stall while compiling (heartbeat every {TICK * 1000:.0f} ms)')
     columns = ('profile', 'history', 'compile', 'longest stall ms', 'wall ms', 'CPU ms', 'tracked / message')
@@ -116,7 +149,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
         table.add_column(column, justify='left' if column in columns[:3] else 'right')
     for name in args.profile or ['coding']:
         for label, when, stall, wall, cpu, tracked in await cases(
-            name, args.window, args.big_mb, args.messages
+            name, args.window, args.big_mb, args.messages, held=args.held
         ):
             table.add_row(
                 name, label, when, f'{stall:,.0f}', f'{wall:,.0f}', f'{cpu:,.0f}', f'{tracked:,.0f}'

@@ -25,6 +25,7 @@ The rules for a block (this test enforces them; follow them when adding a page):
 from __future__ import annotations
 
 import ast
+import gc
 import importlib.util
 import os
 import re
@@ -109,6 +110,20 @@ def substitute_models(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         if name.upper().startswith('PYDANTIC_AI_CONTEXT_'):
             monkeypatch.delenv(name)
     return asked
+
+
+@pytest.fixture(autouse=True)
+def restore_collector() -> Iterator[None]:
+    """A block may hold or freeze the garbage collector (architecture.md shows an application
+    doing so): later tests get it as it was."""
+    enabled, frozen = gc.isenabled(), gc.get_freeze_count()
+    yield
+    if gc.get_freeze_count() != frozen and frozen == 0:
+        gc.unfreeze()
+    if enabled:
+        gc.enable()
+    else:
+        gc.disable()
 
 
 @pytest.fixture(autouse=True)

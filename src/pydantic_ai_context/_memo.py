@@ -64,10 +64,10 @@ PINNED_FIELDS: Final = ('parts', 'metadata')
 PART_FIELDS: Final = ('content', 'args', 'metadata', 'tool_name', 'outcome')
 """What of a part a memo reads: content, arguments, metadata, tool name and outcome."""
 
-_GETTERS: dict[tuple[type, tuple[str, ...]], Callable[[Any], tuple[Any, ...]]] = {}
+_GETTERS: dict[tuple[type, tuple[str, ...]], Callable[[Any], Any]] = {}
 
 
-def _getter(cls: type, fields: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+def _getter(cls: type, fields: tuple[str, ...]) -> Callable[[Any], Any]:
     """One C-level call reading, as a tuple, those of `fields` that instances of `cls` have."""
     found = _GETTERS.get((cls, fields))
     if found is None:
@@ -76,7 +76,9 @@ def _getter(cls: type, fields: tuple[str, ...]) -> Callable[[Any], tuple[Any, ..
         if not present:
             found = _nothing_stamp
         elif len(present) == 1:
-            found = operator.attrgetter(present[0], present[0])  # a tuple, like the others
+            # The value itself, not a tuple of it: a stamp is only compared with stamps the same
+            # getter made, and a tuple holding a list is one more object a full collection walks.
+            found = operator.attrgetter(present[0])
         else:
             found = operator.attrgetter(*present)
         _GETTERS[(cls, fields)] = found
@@ -99,10 +101,10 @@ def stamp(obj: Any, fields: tuple[str, ...] = MESSAGE_FIELDS) -> tuple[Any, ...]
     return (_getter(type(obj), fields)(obj), _length(obj))
 
 
-def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+def _same(a: Any, b: Any) -> bool:
     # Identity of each field first (the common case, in C); an equal replacement is as good.
     try:
-        return a == b
+        return a is b or bool(a == b)
     except RecursionError:  # equal-but-not-identical values nested too deep to compare: a miss
         return False
 
@@ -132,8 +134,8 @@ class _Slot(weakref.ref[Any]):
         self,
         obj: Any,
         callback: Callable[[_Slot], None],
-        getter: Callable[[Any], tuple[Any, ...]],
-        stamp: tuple[Any, ...],
+        getter: Callable[[Any], Any],
+        stamp: Any,
         length: int,
         checked: int,
         key: Hashable,
@@ -218,7 +220,7 @@ class ObjectMemo(Generic[V]):
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self._fields = fields
-        self._getters: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+        self._getters: dict[type, Callable[[Any], Any]] = {}
         self._items: collections.OrderedDict[int, _Slot] = collections.OrderedDict()
         self._bytes = 0
         # Sizes of entries dropped by a weakref callback, subtracted under the lock at the next put:
@@ -248,7 +250,10 @@ class ObjectMemo(Generic[V]):
         compile_id = _COMPILE.get()
         if not compile_id or slot.checked != compile_id:
             try:
-                if slot.getter(obj) != slot.stamp or (slot.length >= 0 and len(obj.parts) != slot.length):  # type: ignore[union-attr]
+                current = slot.getter(obj)
+                if (current is not slot.stamp and current != slot.stamp) or (
+                    slot.length >= 0 and len(obj.parts) != slot.length  # type: ignore[union-attr]
+                ):
                     return default
             except RecursionError:  # equal-but-not-identical values nested too deep to compare
                 return default

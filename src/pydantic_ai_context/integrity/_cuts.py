@@ -47,8 +47,9 @@ class _Cuts:
         self.lo: list[int] = []
         self.calls_at: dict[str, int] = {}
         """The response holding each call id last (the nearest earlier one, for a result)."""
-        self.undo: list[list[tuple[str, int | None]]] = []
-        """Per message: what it changed in `calls_at`, to undo when it is cut off."""
+        self.undo: list[Sequence[tuple[str, int | None]]] = []
+        """Per message: what it changed in `calls_at`, to undo when it is cut off (one shared empty
+        tuple for a request: an object fewer per message for a full collection to walk)."""
         self.safe: list[int] = []
         """Safe positions below `len(messages)` (that length is always safe)."""
         self._rescan = 0
@@ -87,7 +88,7 @@ class _Cuts:
                         lo = k + 1
             self.messages.append(message)
             self.lo.append(lo)
-            self.undo.append(changes)
+            self.undo.append(changes or ())
             low = min(low, lo)
         if low < start:
             self._cut_safe(low)

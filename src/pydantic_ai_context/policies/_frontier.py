@@ -135,7 +135,9 @@ class _Failures:
     def __init__(self) -> None:
         self.messages: list[ModelMessage] = []
         self.pending: dict[str, tuple[str, ...]] = {}
-        self.undo: list[list[tuple[str, tuple[str, ...] | None]]] = []
+        self.undo: list[Sequence[tuple[str, tuple[str, ...] | None]]] = []
+        """Per message: what it changed in `pending` (one shared empty tuple where nothing: most
+        messages, and each list is one more object a full collection walks)."""
         self.where: dict[str, int] = {}
         """The message each failed call's result is in."""
 
@@ -171,7 +173,7 @@ class _Failures:
                         pending[name] = (*pending.get(name, ()), part.tool_call_id)
                         self.where[part.tool_call_id] = j
             self.messages.append(message)
-            self.undo.append(changes)
+            self.undo.append(changes or ())
 
     def unresolved(self) -> set[str]:
         return {cid for ids in self.pending.values() for cid in ids}

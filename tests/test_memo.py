@@ -6,6 +6,7 @@ import asyncio
 import copy
 import dataclasses
 import gc
+import threading
 import weakref
 from datetime import UTC, datetime
 from typing import Any
@@ -30,12 +31,13 @@ from pydantic_ai_context import (
     ContextBudgetExceeded,
     HeuristicCounter,
     InMemorySummaryCache,
+    _memo,
     available_profiles,
     normalize,
     profile,
     validate_view,
 )
-from pydantic_ai_context._memo import ENTRY_BYTES, PART_FIELDS, VALUE_BYTES, ObjectMemo
+from pydantic_ai_context._memo import ENTRY_BYTES, PART_FIELDS, PARTS_FIELDS, VALUE_BYTES, ObjectMemo
 from pydantic_ai_context._scope import MemoScope, TextMemo, active_generation, compiling
 from pydantic_ai_context.policies.mask import mask_observations
 from pydantic_ai_context.readback.archive import ContextArchive
@@ -399,6 +401,97 @@ def test_an_object_memo_misses_an_edited_object_and_forgets_a_freed_one(edit: An
     del message
     gc.collect()
     assert len(memo) == 0
+
+
+def test_memos_of_one_object_share_one_row_and_plain_values_leave_the_collector_alone() -> None:
+    """Ten memos remembering 100 messages make 100 rows, not 1,000 weak references: a full
+    collection walks every object allocated here. An entry holding a count is a tuple the
+    collector stops tracking."""
+    memos: list[ObjectMemo[int]] = [ObjectMemo() for _ in range(10)]
+    log = [ModelRequest(parts=[UserPromptPart(f'prompt {i}')]) for i in range(100)]
+    before = len(_memo._ROWS)
+    for memo in memos:
+        for i, message in enumerate(log):
+            memo.put(message, i)
+    assert len(_memo._ROWS) - before == 100
+    assert all(memo.get(message) == i for memo in memos for i, message in enumerate(log))
+    gc.collect()
+    assert not any(gc.is_tracked(entry) for memo in memos for entry in memo._items.values())
+    del log, message
+    gc.collect()
+    assert all(len(memo) == 0 and memo.bytes == 0 for memo in memos)
+    assert len(_memo._ROWS) == before
+
+
+def test_an_edit_of_any_field_a_memo_reads_misses_every_memo_of_the_object() -> None:
+    """One stamp per object: pydantic-ai setting a request's instructions in place also misses a
+    memo of its parts alone (a miss costs one message's values; a hit on a changed object would be
+    wrong)."""
+    parts_memo: ObjectMemo[int] = ObjectMemo(fields=PARTS_FIELDS)
+    message_memo: ObjectMemo[int] = ObjectMemo()
+    message = ModelRequest(parts=[UserPromptPart('hi')])
+    parts_memo.put(message, 1)
+    message_memo.put(message, 2)
+    message.parts = [*message.parts]  # an equal list: as good, for both
+    assert (parts_memo.get(message), message_memo.get(message)) == (1, 2)
+    message.instructions = 'be brief'
+    assert (parts_memo.get(message), message_memo.get(message)) == (None, None)
+    parts_memo.put(message, 3)
+    assert (parts_memo.get(message), message_memo.get(message)) == (3, None)
+
+
+def test_a_row_goes_with_the_last_entry_naming_it() -> None:
+    memo: ObjectMemo[int] = ObjectMemo(max_entries=1)
+    other: ObjectMemo[int] = ObjectMemo()
+    first, second = (ModelRequest(parts=[UserPromptPart(text)]) for text in ('a', 'b'))
+    memo.put(first, 1)
+    other.put(first, 1)
+    memo.put(second, 2)  # evicts `first` from `memo`; `other` still holds it
+    assert id(first) in _memo._ROWS
+    assert memo.get(first) is None
+    assert other.get(first) == 1
+    other.clear()
+    assert id(first) not in _memo._ROWS
+    assert id(second) in _memo._ROWS
+
+
+def test_a_long_lived_message_does_not_collect_the_numbers_of_freed_memos() -> None:
+    message = ModelRequest(parts=[UserPromptPart('kept for the whole process')])
+    for i in range(200):
+        memo: ObjectMemo[int] = ObjectMemo()
+        memo.put(message, i)
+        assert memo.get(message) == i
+        del memo
+    assert len(_memo._ROWS[id(message)].memos) <= 2
+
+
+def test_memos_used_from_threads_never_return_another_objects_value() -> None:
+    """Four threads put and read their own short-lived messages in shared memos (ids are reused as
+    soon as a message is freed): every hit is the value stored for that very object."""
+    memos: list[ObjectMemo[str]] = [ObjectMemo(max_entries=50), ObjectMemo(fields=PARTS_FIELDS)]
+    wrong: list[str] = []
+
+    def work(worker: int) -> None:
+        for i in range(1_500):
+            message = ModelRequest(parts=[UserPromptPart(f'{worker}-{i}')])
+            for memo in memos:
+                found = memo.get(message)
+                if found is not None:
+                    wrong.append(found)
+                memo.put(message, f'{worker}-{i}')
+            for memo in memos:
+                found = memo.get(message)
+                if found is not None and found != f'{worker}-{i}':
+                    wrong.append(found)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+    gc.collect()
+    assert all(len(memo) == 0 for memo in memos)
 
 
 def test_a_text_memo_is_bounded_by_characters() -> None:

@@ -17,11 +17,11 @@ The incremental state of a profile (what is reused by identity across compiles) 
 from __future__ import annotations
 
 import collections
-import functools
+import itertools
 import operator
 import threading
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from contextvars import ContextVar
 from typing import Any, Final, Generic, TypeVar
 
@@ -42,7 +42,8 @@ DEFAULT_MEMO_BYTES: Final = 64 * 1024 * 1024
 """The most an `ObjectMemo` holds, in bytes of what it computed plus a fixed cost per entry."""
 
 ENTRY_BYTES: Final = 320
-"""What one remembered object costs a memo besides its values: the slot (a weak reference) and the stamp."""
+"""What one remembered object costs a memo besides its values: its entry and a share of the object's
+row (the weak reference and stamps every memo of the object shares)."""
 
 VALUE_BYTES: Final = 96
 """What one remembered value costs besides the `size` its caller states (e.g. a string's length)."""
@@ -109,75 +110,140 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _forget(memo_ref: weakref.ref[ObjectMemo[Any]], slot: _Slot) -> None:
-    """Called when a remembered object is freed: drop its entry (if the memo itself still exists)."""
-    memo = memo_ref()
-    if memo is not None:
-        memo._forget(slot)
+_SERIALS: Final = itertools.count(1)
+"""Numbers of rows and memos: an entry names its row by number (an int the collector never walks)."""
+
+_FIELDS: list[str] = []
+"""Every field some memo reads (a row stamps them all, so every memo of an object shares one stamp)."""
+_FIELDS_SEEN: list[tuple[str, ...]] = [()]
+"""`_FIELDS` as a tuple, the newest last: a row made before a field was added is stamped again."""
+
+_ROWS: dict[int, _Row] = {}
+"""Every remembered object's row, by the object's id (while it lives)."""
+
+_MEMOS: dict[int, weakref.ref[ObjectMemo[Any]]] = {}
+"""Every memo, by number: a row names the memos that hold an entry for its object."""
+
+_ROWS_LOCK: Final = threading.Lock()
+"""Taken to create a row, to add a field, and to change which memos a row names; never by a weakref
+callback (it may run inside a put that holds it), and always after a memo's own lock."""
 
 
-class _Slot(weakref.ref[Any]):
-    """One remembered object: a weak reference to it that also holds its stamp and its values by key.
+def _read_fields(fields: tuple[str, ...]) -> tuple[str, ...]:
+    """Add `fields` to those every row stamps; returns them all."""
+    with _ROWS_LOCK:
+        missing = [name for name in fields if name not in _FIELDS]
+        if missing:
+            _FIELDS.extend(missing)
+            _FIELDS_SEEN.append(tuple(_FIELDS))
+        return _FIELDS_SEEN[-1]
 
-    One object per entry: a memo holds one slot per message of every conversation in memory, and
-    each object allocated here is one more for the garbage collector to walk (a full collection
-    walks them all, holding the GIL). The first value lives in the slot itself and only further
-    keys get a dict.
+
+class _Row(weakref.ref[Any]):
+    """One remembered object, shared by every memo that remembers it: a weak reference to it, one
+    stamp of every field a memo reads, and the numbers of the memos that hold an entry for it.
+
+    One row per object, not per object and memo: a message is remembered by a dozen memos, and each
+    object allocated here is one more for the garbage collector to walk (a full collection walks
+    them all, holding the GIL) and a few hundred bytes. A memo's entry is a tuple naming the row by
+    number and version, which the collector stops walking once its value is a plain one (a count,
+    a string).
+
+    `stamp` and `length` are the fields' values and the number of parts when last compared,
+    `version` goes up when they change (an entry stored under an older version misses: an edit of
+    any field a memo reads misses every memo of the object, which costs one message's values), and
+    `checked` is the compile (`_COMPILE`) during which they were last compared. An update writes
+    the version first and `checked` last: a reader in another thread that sees part of it compares
+    again, and at worst misses.
     """
 
-    __slots__ = ('checked', 'getter', 'id', 'key', 'length', 'more', 'size', 'stamp', 'value', 'value_size')
+    __slots__ = ('checked', 'fields', 'id', 'length', 'memos', 'serial', 'stamp', 'version')
 
-    def __new__(cls, obj: Any, callback: Callable[[_Slot], None], *args: Any) -> _Slot:
+    def __new__(cls, obj: Any, callback: Callable[[_Row], None]) -> _Row:
         return super().__new__(cls, obj, callback)
 
-    def __init__(
-        self,
-        obj: Any,
-        callback: Callable[[_Slot], None],
-        getter: Callable[[Any], Any],
-        stamp: Any,
-        length: int,
-        checked: int,
-        key: Hashable,
-        value: Any,
-        value_size: int,
-    ) -> None:
-        # `weakref.ref.__init__` only checks the arguments `__new__` took.
+    def __init__(self, obj: Any, callback: Callable[[_Row], None]) -> None:
         self.id = id(obj)
-        """The key of the entry (the object's id while it lives)."""
-        self.getter = getter
+        self.serial = next(_SERIALS)
+        self.memos: tuple[int, ...] = ()
+        self.fields: tuple[str, ...] = _FIELDS_SEEN[-1]
+        self.stamp: Any = _getter(type(obj), self.fields)(obj)
+        self.length = _length(obj)
+        self.version = 0
+        self.checked = _COMPILE.get()
+
+    def current(self, obj: Any, compile_id: int) -> int:
+        """The version of `obj`'s fields, compared with the stamp once per compile."""
+        if compile_id and self.checked == compile_id:
+            return self.version
+        fields = _FIELDS_SEEN[-1]
+        stamp = _getter(type(obj), fields)(obj)
+        length = _length(obj)
+        if fields is not self.fields or length != self.length or not _same(self.stamp, stamp):
+            self.version += 1
+            self.fields = fields
+        # Unchanged, or an equal replacement (as good): the newest values are kept, so the next
+        # comparison is by identity.
         self.stamp = stamp
         self.length = length
-        self.checked = checked
-        """The compile (`_Active.compile`) during which the stamp was last found unchanged."""
-        self.key = key
-        self.value = value
-        self.value_size = value_size
-        self.more: dict[Hashable, tuple[Any, int]] | None = None
-        self.size = ENTRY_BYTES + VALUE_BYTES + value_size
+        self.checked = compile_id
+        return self.version
 
-    def find(self, key: Hashable) -> Any:
-        if key == self.key:
-            return self.value
-        if self.more is not None:
-            found = self.more.get(key)
-            if found is not None:
-                return found[0]
-        return _MISSING
 
-    def store(self, key: Hashable, value: Any, size: int) -> int:
-        """Keep `value` under `key`; returns the change in bytes."""
-        if key == self.key:
-            delta = size - self.value_size
-            self.value, self.value_size = value, size
-        else:
-            if self.more is None:
-                self.more = {}
-            previous = self.more.get(key)
-            delta = (-(VALUE_BYTES + previous[1]) if previous is not None else 0) + VALUE_BYTES + size
-            self.more[key] = (value, size)
-        self.size += delta
-        return delta
+def _row_freed(row: _Row) -> None:
+    """Called while a remembered object is freed: its entries go from every memo that holds one.
+    Takes no lock (it may run inside a put); a dict operation is atomic under the GIL."""
+    if _ROWS.get(row.id) is row:
+        _ROWS.pop(row.id, None)
+    for serial in row.memos:
+        ref = _MEMOS.get(serial)
+        memo = ref() if ref is not None else None
+        if memo is not None:
+            memo._forget(row.id)
+
+
+def _row_for(obj: Any, memo: int) -> _Row | None:
+    """`obj`'s row, made if it has none, naming memo number `memo`; None for an object that cannot
+    be referenced weakly. Call under the memo's lock."""
+    k = id(obj)
+    row = _ROWS.get(k)
+    if row is not None and row() is obj and memo in row.memos:
+        return row
+    with _ROWS_LOCK:
+        row = _ROWS.get(k)
+        if row is None or row() is not obj:
+            try:
+                row = _Row(obj, _row_freed)
+            except TypeError:  # an object that cannot be referenced weakly is not remembered
+                return None
+            _ROWS[k] = row
+        if memo not in row.memos:
+            # Numbers of memos freed since are dropped here: a long-lived message outlives many.
+            row.memos = (*(m for m in row.memos if m in _MEMOS), memo)
+    return row
+
+
+def _release(memo: int, ids: Sequence[int]) -> None:
+    """Memo number `memo` holds no entry for these objects any more: rows no memo names go."""
+    with _ROWS_LOCK:
+        for k in ids:
+            row = _ROWS.get(k)
+            if row is None or memo not in row.memos:
+                continue
+            row.memos = tuple(m for m in row.memos if m != memo)
+            if not row.memos:
+                del _ROWS[k]
+
+
+def _memo_freed(serial: int) -> Callable[[Any], None]:
+    def forget(_: Any) -> None:
+        _MEMOS.pop(serial, None)
+
+    return forget
+
+
+# An entry: (row number, version, key, value, value size, further values by key or None, total bytes).
+_Entry = tuple[int, int, Hashable, Any, int, 'dict[Hashable, tuple[Any, int]] | None', int]
 
 
 class ObjectMemo(Generic[V]):
@@ -189,7 +255,8 @@ class ObjectMemo(Generic[V]):
     or equal ones), and a message holds as many parts; within one compile this is compared once.
     The memo holds at most `max_bytes`
     (`ENTRY_BYTES` per object, plus `VALUE_BYTES` and the stated `size` per value) and, if given,
-    `max_entries` objects; the oldest entries go first.
+    `max_entries` objects; the oldest entries go first. Every memo shares one row per object (its
+    weak reference and stamps): a memo's own entry is a tuple.
 
     Example:
         ```python
@@ -220,17 +287,16 @@ class ObjectMemo(Generic[V]):
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self._fields = fields
-        self._getters: dict[type, Callable[[Any], Any]] = {}
-        self._items: collections.OrderedDict[int, _Slot] = collections.OrderedDict()
+        _read_fields(fields)
+        self._items: collections.OrderedDict[int, _Entry] = collections.OrderedDict()
         self._bytes = 0
         # Sizes of entries dropped by a weakref callback, subtracted under the lock at the next put:
         # a callback may run in the middle of a put (when freeing an object frees another), so it
         # must neither take the lock nor update the total itself.
         self._freed: list[int] = []
         self._lock = threading.Lock()
-        # One callback for every slot of this memo (holding the memo weakly); the slot it is given
-        # names its entry.
-        self._callback = functools.partial(_forget, weakref.ref(self))
+        self._serial = next(_SERIALS)
+        _MEMOS[self._serial] = weakref.ref(self, _memo_freed(self._serial))
 
     def __len__(self) -> int:
         return len(self._items)
@@ -244,72 +310,75 @@ class ObjectMemo(Generic[V]):
         """The value stored for `obj` under `key`, or `default` if `obj` changed since, or has none."""
         # Asked of every message of a view, often many times in one compile: within a compile the
         # stamp is compared once (nothing edits a message while it compiles).
-        slot = self._items.get(id(obj))
-        if slot is None or slot() is not obj:
+        k = id(obj)
+        entry = self._items.get(k)
+        if entry is None:
             return default
-        compile_id = _COMPILE.get()
-        if not compile_id or slot.checked != compile_id:
-            try:
-                current = slot.getter(obj)
-                if (current is not slot.stamp and current != slot.stamp) or (
-                    slot.length >= 0 and len(obj.parts) != slot.length  # type: ignore[union-attr]
-                ):
-                    return default
-            except RecursionError:  # equal-but-not-identical values nested too deep to compare
-                return default
-            slot.checked = compile_id
-        if key == slot.key:
-            return slot.value
-        found = slot.find(key)
-        return default if found is _MISSING else found
+        row = _ROWS.get(k)
+        if row is None or row.serial != entry[0] or row() is not obj:
+            return default
+        try:
+            version = row.current(obj, _COMPILE.get())
+        except RecursionError:  # equal-but-not-identical values nested too deep to compare
+            return default
+        if version != entry[1]:
+            return default
+        if key == entry[2]:
+            return entry[3]
+        more = entry[5]
+        if more is not None:
+            found = more.get(key)
+            if found is not None:
+                return found[0]
+        return default
 
     def put(self, obj: Any, value: V, key: Hashable = None, *, size: int = 0) -> V:
         """Remember `value` for `obj` (as it is now) under `key`; `size` is what the value holds, in bytes."""
         if self.max_bytes == 0 or self.max_entries == 0:
             return value
-        getter = self._getters.get(type(obj))
-        if getter is None:
-            getter = self._getters[type(obj)] = _getter(type(obj), self._fields)
-        stamp = getter(obj)
-        length = _length(obj)
         k = id(obj)
         size = max(size, 0)
-        stale: list[_Slot] | None = None
+        compile_id = _COMPILE.get()
+        stale: list[Any] = []
         with self._lock:
             if self._freed:
                 self._drain()
-            slot = self._items.get(k)
-            if slot is not None and slot() is obj and slot.length == length and _same(slot.stamp, stamp):
-                self._bytes += slot.store(key, value, size)
-                self._items.move_to_end(k)
-            else:
-                if slot is not None:
-                    stale = [self._items.pop(k)]
-                    self._bytes -= slot.size
-                try:
-                    slot = _Slot(obj, self._callback, getter, stamp, length, _COMPILE.get(), key, value, size)
-                except TypeError:  # an object that cannot be referenced weakly is not remembered
-                    return value
-                self._items[k] = slot
-                self._bytes += slot.size
+            row = _row_for(obj, self._serial)
+            if row is None:
+                return value
+            try:
+                version = row.current(obj, compile_id)
+            except RecursionError:
+                return value
+            entry = self._items.pop(k, None)
+            if entry is not None:
+                # Dropped entries are freed after the lock: freeing a value may free an object
+                # another memo (or this one) remembers, whose callback then runs.
+                stale.append(entry)
+                self._bytes -= entry[6]
+                if entry[0] != row.serial or entry[1] != version:
+                    entry = None
+            new = _stored(entry, row.serial, version, key, value, size)
+            self._items[k] = new
+            self._bytes += new[6]
             if self._bytes > self.max_bytes or (
                 self.max_entries is not None and len(self._items) > self.max_entries
             ):
-                stale = self._evict(stale or [])
-        # Dropped entries are freed here, outside the lock: freeing a value may free an object
-        # another memo (or this one) remembers, whose callback then runs.
+                self._evict(stale)
         del stale
         return value
 
-    def _evict(self, stale: list[_Slot]) -> list[_Slot]:
+    def _evict(self, stale: list[Any]) -> None:
+        gone: list[int] = []
         while len(self._items) > 1 and (
             self._bytes > self.max_bytes
             or (self.max_entries is not None and len(self._items) > self.max_entries)
         ):
-            _, oldest = self._items.popitem(last=False)
-            self._bytes -= oldest.size
+            k, oldest = self._items.popitem(last=False)
+            self._bytes -= oldest[6]
             stale.append(oldest)
-        return stale
+            gone.append(k)
+        _release(self._serial, gone)
 
     def clear(self) -> None:
         """Forget everything."""
@@ -317,20 +386,32 @@ class ObjectMemo(Generic[V]):
             items, self._items = self._items, collections.OrderedDict()
             self._bytes = 0
             self._freed.clear()
+            _release(self._serial, list(items))
         del items
 
-    def _forget(self, slot: _Slot) -> None:
-        key = slot.id
-        if self._items.get(key) is slot:
-            try:
-                del self._items[key]
-            except KeyError:  # pragma: no cover - removed by another thread meanwhile
-                return
-            self._freed.append(slot.size)
+    def _forget(self, k: int) -> None:
+        # The object at id `k` is being freed: any entry at `k` is its own or an older object's.
+        entry = self._items.pop(k, None)
+        if entry is not None:
+            self._freed.append(entry[6])
 
     def _drain(self) -> None:
         while self._freed:
             self._bytes -= self._freed.pop()
+
+
+def _stored(entry: _Entry | None, serial: int, version: int, key: Hashable, value: Any, size: int) -> _Entry:
+    """`entry` (of the same object and version, or None) with `value` stored under `key`."""
+    if entry is None:
+        return (serial, version, key, value, size, None, ENTRY_BYTES + VALUE_BYTES + size)
+    _, _, first, first_value, first_size, more, total = entry
+    if key == first:
+        return (serial, version, key, value, size, more, total - first_size + size)
+    more = dict(more) if more is not None else {}
+    previous = more.get(key)
+    total += (-(VALUE_BYTES + previous[1]) if previous is not None else 0) + VALUE_BYTES + size
+    more[key] = (value, size)
+    return (serial, version, first, first_value, first_size, more, total)
 
 
 def _nothing() -> None:

@@ -69,19 +69,14 @@ _GETTERS: dict[tuple[type, tuple[str, ...]], Callable[[Any], Any]] = {}
 
 
 def _getter(cls: type, fields: tuple[str, ...]) -> Callable[[Any], Any]:
-    """One C-level call reading, as a tuple, those of `fields` that instances of `cls` have."""
+    """One C-level call reading those of `fields` that instances of `cls` have (a tuple of two or more)."""
     found = _GETTERS.get((cls, fields))
     if found is None:
         declared = getattr(cls, '__dataclass_fields__', None) or {}
         present = [n for n in fields if n in declared]
-        if not present:
-            found = _nothing_stamp
-        elif len(present) == 1:
-            # The value itself, not a tuple of it: a stamp is only compared with stamps the same
-            # getter made, and a tuple holding a list is one more object a full collection walks.
-            found = operator.attrgetter(present[0])
-        else:
-            found = operator.attrgetter(*present)
+        # One name gives the value itself, not a tuple of it: a stamp is only compared with stamps
+        # the same getter made.
+        found = operator.attrgetter(*present) if present else _nothing_stamp
         _GETTERS[(cls, fields)] = found
     return found
 
@@ -286,8 +281,7 @@ class ObjectMemo(Generic[V]):
             raise ValueError('max_bytes and max_entries must be >= 0')
         self.max_bytes = max_bytes
         self.max_entries = max_entries
-        self._fields = fields
-        _read_fields(fields)
+        _read_fields(fields)  # every row stamps them, with every other memo's
         self._items: collections.OrderedDict[int, _Entry] = collections.OrderedDict()
         self._bytes = 0
         # Sizes of entries dropped by a weakref callback, subtracted under the lock at the next put:
